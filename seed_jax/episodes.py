@@ -1,0 +1,65 @@
+"""Host-side records of agent episodes, shared by environments, rollout and skills."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+
+@dataclasses.dataclass
+class Step:
+  """One turn of an episode, as the policy saw and answered it.
+
+  Attributes:
+    observation: the raw observation the policy answered (before this step).
+    prompt: the full rollout prompt text shown to the policy.
+    response: the policy's text reply (think + action).
+    action: the projected action sent to the environment.
+    action_valid: whether the reply projected to an admissible action.
+    reward: environment reward for this step.
+    done: whether the episode ended after this step.
+  """
+  observation: str
+  prompt: str
+  response: str
+  action: str
+  action_valid: bool
+  reward: float = 0.0
+  done: bool = False
+
+
+@dataclasses.dataclass
+class Episode:
+  """A finished (or cut-off) episode.
+
+  Attributes:
+    env_name: registry name of the environment.
+    task: the task description shown to the policy (e.g. "put a clean mug in
+      coffeemachine").
+    family: task family (e.g. "clean", "pick_two", "sokoban").
+    seed: task seed; episodes of one group share it.
+    steps: the turns, in order.
+    success: the environment's won flag at the end.
+    episode_return: sum of rewards.
+    ground_truth: hidden facts for annotators (never shown to the policy), e.g.
+      where the target object was or which push made a level unsolvable.
+    uid: group id (same task seed, same group).
+    traj_uid: trajectory id, unique within a batch.
+    error: set when the environment raised mid-episode (the episode counts as
+      failed).
+  """
+  env_name: str
+  task: str
+  family: str
+  seed: int
+  steps: list[Step] = dataclasses.field(default_factory=list)
+  success: bool = False
+  episode_return: float = 0.0
+  ground_truth: dict[str, Any] = dataclasses.field(default_factory=dict)
+  uid: int = 0
+  traj_uid: int = 0
+  error: str | None = None
+
+  @property
+  def length(self) -> int:
+    return len(self.steps)

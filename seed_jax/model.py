@@ -1,0 +1,465 @@
+"""One Flax (nnx) causal decoder for the Llama, Qwen2 and Qwen3 families.
+
+The parameters live in an `nnx.Module` (`Decoder`) whose every `nnx.Param`
+carries logical axis names (`axes=`); the computation is a pure function of a
+plain parameter dict (`forward`, `logits`), so that samplers, scorers and train
+steps can jit it with explicit shardings. Layers are stacked on a leading
+`layers` axis and run with `lax.scan`: one compiled block whatever the depth.
+
+Parameter tree (shapes for L layers, D hidden, H heads, K kv heads, E head
+dim, F mlp, V vocab):
+
+  embed/embedding   [V, D]          (vocab, embed)
+  layers/attn_norm  [L, D]          (layers, embed)
+  layers/q_kernel   [L, D, H, E]    (layers, embed, heads, head_dim)
+  layers/k_kernel   [L, D, K, E]    (layers, embed, kv_heads, head_dim)
+  layers/v_kernel   [L, D, K, E]
+  layers/o_kernel   [L, H, E, D]    (layers, heads, head_dim, embed)
+  layers/{q,k,v}_bias   (qwen2 and llama attention_bias)
+  layers/{q,k}_norm [L, E]          (qwen3)
+  layers/mlp_norm   [L, D]
+  layers/gate_kernel, up_kernel [L, D, F]  (layers, embed, mlp)
+  layers/down_kernel [L, F, D]
+  final_norm/scale  [D]
+  lm_head/kernel    [D, V]          (untied only)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Any, Mapping
+
+from flax import nnx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+Params = dict[str, Any]
+Cache = dict[str, jax.Array]
+
+FAMILIES = ("llama", "qwen2", "qwen3")
+
+
+@dataclasses.dataclass(frozen=True)
+class RopeScaling:
+  """Llama-3 style frequency scaling of RoPE."""
+  factor: float
+  low_freq_factor: float
+  high_freq_factor: float
+  original_max_position_embeddings: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  """Decoder hyper-parameters; hashable, so it can be a static jit argument."""
+  family: str
+  vocab_size: int
+  hidden_size: int
+  intermediate_size: int
+  num_layers: int
+  num_heads: int
+  num_kv_heads: int
+  head_dim: int
+  rms_norm_eps: float = 1e-6
+  rope_theta: float = 10000.0
+  rope_scaling: RopeScaling | None = None
+  tie_embeddings: bool = False
+  attention_bias: bool = False  # bias on q/k/v projections
+  o_bias: bool = False  # bias on the output projection (llama attention_bias)
+  qk_norm: bool = False
+  max_position_embeddings: int = 4096
+  param_dtype: str = "float32"
+  dtype: str = "float32"  # compute dtype; matmuls accumulate in float32
+  bos_token_id: int | None = None
+  eos_token_ids: tuple[int, ...] = ()
+  pad_token_id: int | None = None
+
+  def __post_init__(self):
+    if self.family not in FAMILIES:
+      raise ValueError(
+          f"unsupported model family {self.family!r}; supported: {FAMILIES}")
+    if self.num_heads % self.num_kv_heads:
+      raise ValueError(
+          f"num_heads={self.num_heads} is not a multiple of "
+          f"num_kv_heads={self.num_kv_heads}")
+
+  def replace(self, **kw) -> "ModelConfig":
+    return dataclasses.replace(self, **kw)
+
+  @classmethod
+  def from_hf(cls, hf: Mapping[str, Any], **overrides) -> "ModelConfig":
+    """Builds a config from a Hugging Face `config.json` dict.
+
+    Raises:
+      ValueError: for an architecture other than Llama, Qwen2 or Qwen3, or a
+        feature this decoder does not implement (sliding window, mlp bias,
+        other RoPE types).
+    """
+    family = hf.get("model_type")
+    if family not in FAMILIES:
+      archs = hf.get("architectures")
+      raise ValueError(
+          f"unsupported architecture in config.json: model_type={family!r} "
+          f"architectures={archs}; seed_jax supports {FAMILIES}")
+    if hf.get("use_sliding_window"):
+      raise ValueError("config.json asks for sliding-window attention, "
+                       "which seed_jax does not implement")
+    if hf.get("mlp_bias"):
+      raise ValueError("config.json asks for mlp_bias, which seed_jax does "
+                       "not implement")
+    rope = dict(hf.get("rope_parameters") or {})
+    if hf.get("rope_scaling"):
+      rope.update(hf["rope_scaling"])
+    theta = rope.get("rope_theta", hf.get("rope_theta", 10000.0))
+    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    scaling = None
+    if rope_type == "llama3":
+      scaling = RopeScaling(
+          factor=float(rope["factor"]),
+          low_freq_factor=float(rope["low_freq_factor"]),
+          high_freq_factor=float(rope["high_freq_factor"]),
+          original_max_position_embeddings=int(
+              rope["original_max_position_embeddings"]))
+    elif rope_type not in ("default", None):
+      raise ValueError(f"unsupported rope_type {rope_type!r} in config.json; "
+                       "supported: default, llama3")
+    heads = hf["num_attention_heads"]
+    head_dim = hf.get("head_dim") or hf["hidden_size"] // heads
+    eos = hf.get("eos_token_id")
+    eos = () if eos is None else tuple(eos) if isinstance(eos, list) else (eos,)
+    attention_bias = bool(hf.get("attention_bias", False))
+    kw = dict(
+        family=family,
+        vocab_size=hf["vocab_size"],
+        hidden_size=hf["hidden_size"],
+        intermediate_size=hf["intermediate_size"],
+        num_layers=hf["num_hidden_layers"],
+        num_heads=heads,
+        num_kv_heads=hf.get("num_key_value_heads") or heads,
+        head_dim=head_dim,
+        rms_norm_eps=hf.get("rms_norm_eps", 1e-6),
+        rope_theta=float(theta),
+        rope_scaling=scaling,
+        tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
+        attention_bias=attention_bias or family == "qwen2",
+        o_bias=attention_bias and family != "qwen2",
+        qk_norm=family == "qwen3",
+        max_position_embeddings=hf.get("max_position_embeddings", 4096),
+        bos_token_id=hf.get("bos_token_id"),
+        eos_token_ids=eos,
+        pad_token_id=hf.get("pad_token_id"),
+    )
+    kw.update(overrides)
+    return cls(**kw)
+
+  def to_hf(self) -> dict[str, Any]:
+    """The Hugging Face `config.json` dict for this config."""
+    arch = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
+            "qwen3": "Qwen3ForCausalLM"}[self.family]
+    rope: dict[str, Any] = {"rope_type": "default", "rope_theta": self.rope_theta}
+    if self.rope_scaling is not None:
+      rope = {"rope_type": "llama3", "rope_theta": self.rope_theta,
+              **dataclasses.asdict(self.rope_scaling)}
+    out = {
+        "architectures": [arch], "model_type": self.family,
+        "vocab_size": self.vocab_size, "hidden_size": self.hidden_size,
+        "intermediate_size": self.intermediate_size,
+        "num_hidden_layers": self.num_layers,
+        "num_attention_heads": self.num_heads,
+        "num_key_value_heads": self.num_kv_heads, "head_dim": self.head_dim,
+        "rms_norm_eps": self.rms_norm_eps, "rope_theta": self.rope_theta,
+        "rope_parameters": rope,
+        "tie_word_embeddings": self.tie_embeddings,
+        "max_position_embeddings": self.max_position_embeddings,
+        "hidden_act": "silu", "torch_dtype": self.param_dtype,
+        "bos_token_id": self.bos_token_id, "pad_token_id": self.pad_token_id,
+        "eos_token_id": (list(self.eos_token_ids) if len(self.eos_token_ids) != 1
+                         else self.eos_token_ids[0]),
+    }
+    if self.family == "llama":
+      out["attention_bias"] = self.o_bias
+      out["mlp_bias"] = False
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Parameters: an nnx module whose Params carry logical axis names.
+
+
+class _Norm(nnx.Module):
+
+  def __init__(self, shape, axes, dtype):
+    self.scale = nnx.Param(jnp.ones(shape, dtype), axes=axes)
+
+
+class _Layers(nnx.Module):
+  """All decoder blocks, stacked on a leading `layers` axis."""
+
+  def __init__(self, c: ModelConfig, rngs: nnx.Rngs):
+    dt = jnp.dtype(c.param_dtype)
+    L, D, H, K, E, F = (c.num_layers, c.hidden_size, c.num_heads,
+                        c.num_kv_heads, c.head_dim, c.intermediate_size)
+
+    def w(shape, axes, fan_in):
+      init = jax.random.normal(rngs.params(), shape, jnp.float32)
+      return nnx.Param((init / math.sqrt(fan_in)).astype(dt), axes=axes)
+
+    def ones(shape, axes):
+      return nnx.Param(jnp.ones(shape, dt), axes=axes)
+
+    def zeros(shape, axes):
+      return nnx.Param(jnp.zeros(shape, dt), axes=axes)
+
+    self.attn_norm = ones((L, D), ("layers", "embed"))
+    self.q_kernel = w((L, D, H, E), ("layers", "embed", "heads", "head_dim"), D)
+    self.k_kernel = w((L, D, K, E), ("layers", "embed", "kv_heads", "head_dim"), D)
+    self.v_kernel = w((L, D, K, E), ("layers", "embed", "kv_heads", "head_dim"), D)
+    self.o_kernel = w((L, H, E, D), ("layers", "heads", "head_dim", "embed"), H * E)
+    if c.attention_bias:
+      self.q_bias = zeros((L, H, E), ("layers", "heads", "head_dim"))
+      self.k_bias = zeros((L, K, E), ("layers", "kv_heads", "head_dim"))
+      self.v_bias = zeros((L, K, E), ("layers", "kv_heads", "head_dim"))
+    if c.o_bias:
+      self.o_bias = zeros((L, D), ("layers", "embed"))
+    if c.qk_norm:
+      self.q_norm = ones((L, E), ("layers", "head_dim"))
+      self.k_norm = ones((L, E), ("layers", "head_dim"))
+    self.mlp_norm = ones((L, D), ("layers", "embed"))
+    self.gate_kernel = w((L, D, F), ("layers", "embed", "mlp"), D)
+    self.up_kernel = w((L, D, F), ("layers", "embed", "mlp"), D)
+    self.down_kernel = w((L, F, D), ("layers", "mlp", "embed"), F)
+
+
+class _Embed(nnx.Module):
+
+  def __init__(self, c: ModelConfig, rngs: nnx.Rngs):
+    init = jax.random.normal(rngs.params(), (c.vocab_size, c.hidden_size))
+    self.embedding = nnx.Param(
+        init.astype(c.param_dtype), axes=("vocab", "embed"))
+
+
+class _Head(nnx.Module):
+
+  def __init__(self, c: ModelConfig, rngs: nnx.Rngs):
+    init = jax.random.normal(rngs.params(), (c.hidden_size, c.vocab_size))
+    self.kernel = nnx.Param(
+        (init / math.sqrt(c.hidden_size)).astype(c.param_dtype),
+        axes=("embed", "vocab"))
+
+
+class Decoder(nnx.Module):
+  """The decoder's parameters; `__call__` runs `forward` + `logits`."""
+
+  def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+    self.config = config
+    self.embed = _Embed(config, rngs)
+    self.layers = _Layers(config, rngs)
+    self.final_norm = _Norm((config.hidden_size,), ("embed",),
+                            jnp.dtype(config.param_dtype))
+    if not config.tie_embeddings:
+      self.lm_head = _Head(config, rngs)
+
+  def __call__(self, tokens, positions, kv_mask):
+    params = nnx.to_pure_dict(nnx.state(self, nnx.Param))
+    hidden, _ = forward(params, tokens, positions, kv_mask, config=self.config)
+    return logits(params, hidden, config=self.config)
+
+
+def init_params(config: ModelConfig, rng: jax.Array) -> Params:
+  """Random parameters as a plain dict (see the module docstring)."""
+  model = Decoder(config, rngs=nnx.Rngs(params=rng))
+  return nnx.to_pure_dict(nnx.state(model, nnx.Param))
+
+
+def logical_axes(config: ModelConfig) -> Params:
+  """Logical axis names of every parameter, same tree as `init_params`."""
+  abstract = nnx.eval_shape(lambda: Decoder(config, rngs=nnx.Rngs(params=0)))
+  state = nnx.state(abstract, nnx.Param)
+  names = jax.tree.map(lambda v: v.get_metadata()["axes"], state,
+                       is_leaf=lambda x: isinstance(x, nnx.Variable))
+  return nnx.to_pure_dict(names)
+
+
+def param_shapes(config: ModelConfig) -> Params:
+  """`jax.ShapeDtypeStruct` of every parameter, without allocating any."""
+  return jax.eval_shape(lambda: init_params(config, jax.random.key(0)))
+
+
+# ---------------------------------------------------------------------------
+# The computation: pure functions of the parameter dict.
+
+
+def _dot(eq: str, x: jax.Array, w: jax.Array, dtype) -> jax.Array:
+  # Accumulate in float32 even for bfloat16 inputs: both more accurate and,
+  # on CPU, several times faster than a bfloat16-accumulating dot.
+  return jnp.einsum(eq, x, w.astype(dtype),
+                    preferred_element_type=jnp.float32).astype(dtype)
+
+
+def _rms_norm(x: jax.Array, scale: jax.Array, eps: float) -> jax.Array:
+  x32 = x.astype(jnp.float32)
+  x32 = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
+  return scale.astype(x.dtype) * x32.astype(x.dtype)
+
+
+def rope_inv_freq(config: ModelConfig) -> np.ndarray:
+  """[E/2] inverse frequencies, llama3 scaling applied where configured."""
+  dim = config.head_dim
+  inv = 1.0 / (config.rope_theta ** (np.arange(0, dim, 2, dtype=np.float32) / dim))
+  inv = inv.astype(np.float32)
+  s = config.rope_scaling
+  if s is None:
+    return inv
+  old = s.original_max_position_embeddings
+  low_wavelen = old / s.low_freq_factor
+  high_wavelen = old / s.high_freq_factor
+  wavelen = 2 * math.pi / inv
+  scaled = np.where(wavelen > low_wavelen, inv / s.factor, inv)
+  smooth = (old / wavelen - s.low_freq_factor) / (
+      s.high_freq_factor - s.low_freq_factor)
+  smoothed = (1 - smooth) * scaled / s.factor + smooth * scaled
+  medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
+  return np.where(medium, smoothed, scaled).astype(np.float32)
+
+
+def _rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
+  """Rotates the two halves of the last axis (the Hugging Face layout).
+
+  x: [B, T, N, E]; cos, sin: [B, T, E/2] float32.
+  """
+  x32 = x.astype(jnp.float32)
+  x1, x2 = jnp.split(x32, 2, axis=-1)
+  c, s = cos[:, :, None, :], sin[:, :, None, :]
+  out = jnp.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
+  return out.astype(x.dtype)
+
+
+def positions_from_mask(mask: jax.Array) -> jax.Array:
+  """[B, T] positions counting only real tokens (left padding gets 0)."""
+  return jnp.maximum(jnp.cumsum(mask.astype(jnp.int32), axis=-1) - 1, 0)
+
+
+def init_cache(config: ModelConfig, batch: int, length: int,
+               dtype=None) -> Cache:
+  """An empty KV cache: k and v, each [L, B, S, K, E]."""
+  shape = (config.num_layers, batch, length, config.num_kv_heads,
+           config.head_dim)
+  dt = jnp.dtype(dtype or config.dtype)
+  return {"k": jnp.zeros(shape, dt), "v": jnp.zeros(shape, dt)}
+
+
+def forward(params: Params, tokens: jax.Array, positions: jax.Array,
+            kv_mask: jax.Array, *, config: ModelConfig,
+            cache: Cache | None = None, cache_index: jax.Array | int = 0,
+            remat: bool = False) -> tuple[jax.Array, Cache | None]:
+  """Runs the decoder blocks.
+
+  Without a cache, `tokens` attend causally among themselves. With a cache,
+  their keys/values are written at slots [cache_index, cache_index + T) of
+  every row and the queries attend to all earlier valid slots.
+
+  Args:
+    params: the parameter dict.
+    tokens: [B, T] int32 token ids.
+    positions: [B, T] int32 RoPE positions.
+    kv_mask: [B, S] bool, which key slots hold real tokens (S = T without a
+      cache, the cache length with one).
+    config: the model config (static).
+    cache: optional KV cache from `init_cache`.
+    cache_index: scalar slot of tokens[:, 0] in the cache.
+    remat: rematerialize each block in the backward pass.
+
+  Returns:
+    hidden: [B, T, D] final-normed hidden states (compute dtype).
+    cache: the updated cache (None when none was given).
+  """
+  c = config
+  dt = jnp.dtype(c.dtype)
+  B, T = tokens.shape
+  x = jnp.take(params["embed"]["embedding"], tokens, axis=0).astype(dt)
+  inv = jnp.asarray(rope_inv_freq(c))
+  ang = positions.astype(jnp.float32)[..., None] * inv  # [B, T, E/2]
+  cos, sin = jnp.cos(ang), jnp.sin(ang)
+  S = kv_mask.shape[1]
+  q_slot = cache_index + jnp.arange(T)
+  allowed = (jnp.arange(S)[None, :] <= q_slot[:, None])[None]  # [1, T, S]
+  allowed = allowed & kv_mask[:, None, :].astype(bool)  # [B, T, S]
+  bias = jnp.where(allowed, 0.0, -1e30).astype(jnp.float32)
+  G = c.num_heads // c.num_kv_heads
+  scale = c.head_dim ** -0.5
+
+  def block(x, layer):
+    p, ck, cv = layer
+    h = _rms_norm(x, p["attn_norm"], c.rms_norm_eps)
+    q = _dot("btd,dhe->bthe", h, p["q_kernel"], dt)
+    k = _dot("btd,dke->btke", h, p["k_kernel"], dt)
+    v = _dot("btd,dke->btke", h, p["v_kernel"], dt)
+    if c.attention_bias:
+      q = q + p["q_bias"].astype(dt)
+      k = k + p["k_bias"].astype(dt)
+      v = v + p["v_bias"].astype(dt)
+    if c.qk_norm:
+      q = _rms_norm(q, p["q_norm"], c.rms_norm_eps)
+      k = _rms_norm(k, p["k_norm"], c.rms_norm_eps)
+    q, k = _rope(q, cos, sin), _rope(k, cos, sin)
+    if ck is not None:
+      ck = jax.lax.dynamic_update_slice_in_dim(ck, k.astype(ck.dtype),
+                                               cache_index, axis=1)
+      cv = jax.lax.dynamic_update_slice_in_dim(cv, v.astype(cv.dtype),
+                                               cache_index, axis=1)
+      k_all, v_all = ck.astype(dt), cv.astype(dt)
+    else:
+      k_all, v_all = k, v
+    q = q.reshape(B, T, c.num_kv_heads, G, c.head_dim)
+    att = jnp.einsum("btkge,bske->bkgts", q, k_all,
+                     preferred_element_type=jnp.float32) * scale
+    att = att + bias[:, None, None]
+    att = jax.nn.softmax(att, axis=-1).astype(dt)
+    o = jnp.einsum("bkgts,bske->btkge", att, v_all,
+                   preferred_element_type=jnp.float32).astype(dt)
+    o = o.reshape(B, T, c.num_heads, c.head_dim)
+    o = _dot("bthe,hed->btd", o, p["o_kernel"], dt)
+    if c.o_bias:
+      o = o + p["o_bias"].astype(dt)
+    x = x + o
+    h = _rms_norm(x, p["mlp_norm"], c.rms_norm_eps)
+    g = _dot("btd,df->btf", h, p["gate_kernel"], dt)
+    u = _dot("btd,df->btf", h, p["up_kernel"], dt)
+    x = x + _dot("btf,fd->btd", jax.nn.silu(g) * u, p["down_kernel"], dt)
+    return x, (ck, cv)
+
+  if remat:
+    block = jax.checkpoint(block)
+  if cache is None:
+    x, _ = jax.lax.scan(lambda x, p: block(x, (p, None, None)), x,
+                        params["layers"])
+    new_cache = None
+  else:
+    x, (ks, vs) = jax.lax.scan(block, x,
+                               (params["layers"], cache["k"], cache["v"]))
+    new_cache = {"k": ks, "v": vs}
+  x = _rms_norm(x, params["final_norm"]["scale"], c.rms_norm_eps)
+  return x, new_cache
+
+
+def logits(params: Params, hidden: jax.Array, *,
+           config: ModelConfig) -> jax.Array:
+  """[B, T, D] hidden -> [B, T, V] float32 logits."""
+  if config.tie_embeddings:
+    w = params["embed"]["embedding"]
+    return jnp.einsum("btd,vd->btv", hidden, w.astype(hidden.dtype),
+                      preferred_element_type=jnp.float32)
+  w = params["lm_head"]["kernel"]
+  return jnp.einsum("btd,dv->btv", hidden, w.astype(hidden.dtype),
+                    preferred_element_type=jnp.float32)
+
+
+@functools.partial(jax.jit, static_argnames=("config",))
+def apply(params: Params, tokens: jax.Array, mask: jax.Array, *,
+          config: ModelConfig) -> jax.Array:
+  """Full-sequence logits [B, T, V] for left-padded tokens and mask [B, T]."""
+  hidden, _ = forward(params, tokens, positions_from_mask(mask), mask,
+                      config=config)
+  return logits(params, hidden, config=config)

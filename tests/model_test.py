@@ -1,0 +1,144 @@
+"""Parity of the Flax decoder with the transformers (PyTorch) reference."""
+
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+
+from seed_jax import hf
+from seed_jax import model as model_lib
+from tests import hf_reference
+
+CASES = {
+    "llama_untied": ("llama", {}),
+    "llama_tied_headdim": ("llama", dict(tie_word_embeddings=True, head_dim=24)),
+    "llama_bias_llama3rope": ("llama", dict(
+        attention_bias=True,
+        rope_scaling={"rope_type": "llama3", "factor": 8.0,
+                      "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                      "original_max_position_embeddings": 16})),
+    "qwen2": ("qwen2", {}),
+    "qwen2_tied_mha": ("qwen2", dict(tie_word_embeddings=True,
+                                     num_key_value_heads=4)),
+    "qwen3": ("qwen3", dict(head_dim=32)),
+    "qwen3_tied_mqa": ("qwen3", dict(tie_word_embeddings=True,
+                                     num_key_value_heads=1, head_dim=8)),
+}
+
+
+def _saved(tmp_path, family, kw):
+  ref = hf_reference.torch_model(family, **kw)
+  ref.save_pretrained(tmp_path)
+  return ref
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_logits_match_transformers(case, tmp_path):
+  family, kw = CASES[case]
+  ref = _saved(tmp_path, family, kw)
+  config, params = hf.load_pretrained(str(tmp_path))
+  assert config.family == family
+  rng = np.random.default_rng(0)
+  toks, mask = hf_reference.left_padded_batch(rng, 128, [13, 7, 20, 1], 20)
+  ours = np.asarray(model_lib.apply(params, toks, mask, config=config))
+  theirs = hf_reference.torch_logits(ref, toks, mask)
+  real = mask.astype(bool)
+  diff = np.abs(ours - theirs)[real].max()
+  print(f"{case}: max |logit diff| = {diff:.2e}")
+  assert diff <= 1e-4, diff
+
+
+def test_config_from_hf_fields():
+  cfg = model_lib.ModelConfig.from_hf({
+      "model_type": "qwen2", "vocab_size": 10, "hidden_size": 8,
+      "intermediate_size": 4, "num_hidden_layers": 1,
+      "num_attention_heads": 2, "num_key_value_heads": 1,
+      "rope_theta": 5.0, "tie_word_embeddings": True, "eos_token_id": [3, 4]})
+  assert cfg.attention_bias and not cfg.o_bias and not cfg.qk_norm
+  assert cfg.head_dim == 4 and cfg.rope_theta == 5.0 and cfg.tie_embeddings
+  assert cfg.eos_token_ids == (3, 4)
+
+
+def test_bfloat16_close_to_float32(tmp_path):
+  _saved(tmp_path, "llama", {})
+  config, params = hf.load_pretrained(str(tmp_path))
+  cfg16, params16 = hf.load_pretrained(str(tmp_path), dtype="bfloat16",
+                                       param_dtype="bfloat16")
+  assert params16["layers"]["q_kernel"].dtype == jax.numpy.bfloat16
+  toks, mask = hf_reference.left_padded_batch(np.random.default_rng(1), 128,
+                                              [9, 5], 9)
+  a = np.asarray(model_lib.apply(params, toks, mask, config=config))
+  b = np.asarray(model_lib.apply(params16, toks, mask, config=cfg16))
+  # bfloat16 keeps ~3 significant digits; the argmax rarely moves.
+  assert np.abs(a - b)[mask.astype(bool)].max() < 0.1 * np.abs(a).max()
+
+
+def test_every_param_has_logical_axes():
+  for family in model_lib.FAMILIES:
+    cfg = model_lib.ModelConfig.from_hf({
+        "model_type": family, "vocab_size": 10, "hidden_size": 8,
+        "intermediate_size": 4, "num_hidden_layers": 2,
+        "num_attention_heads": 2})
+    shapes = model_lib.param_shapes(cfg)
+    axes = model_lib.logical_axes(cfg)
+    flat_s = jax.tree_util.tree_leaves_with_path(shapes)
+    flat_a = dict(jax.tree_util.tree_leaves_with_path(
+        axes, is_leaf=lambda x: isinstance(x, tuple)))
+    for path, s in flat_s:
+      assert len(flat_a[path]) == len(s.shape), path
+
+
+def test_roundtrip_save_load(tmp_path):
+  _saved(tmp_path / "a", "qwen3", {})
+  config, params = hf.load_pretrained(str(tmp_path / "a"))
+  hf.save_pretrained(str(tmp_path / "b"), config, params)
+  config2, params2 = hf.load_pretrained(str(tmp_path / "b"))
+  assert config2 == config
+  jax.tree.map(np.testing.assert_array_equal, params, params2)
+  # Sharded save: several files and an index, loaded back identically.
+  hf.save_pretrained(str(tmp_path / "c"), config, params,
+                     max_shard_bytes=20_000)
+  files = [f for f in os.listdir(tmp_path / "c") if f.endswith(".safetensors")]
+  assert len(files) > 1
+  _, params3 = hf.load_pretrained(str(tmp_path / "c"))
+  jax.tree.map(np.testing.assert_array_equal, params, params3)
+
+
+def test_missing_shard_is_named(tmp_path):
+  ref = hf_reference.torch_model("llama")
+  ref.save_pretrained(tmp_path, max_shard_size="20KB")
+  shards = sorted(f for f in os.listdir(tmp_path)
+                  if f.endswith(".safetensors"))
+  assert len(shards) > 1
+  os.remove(tmp_path / shards[1])
+  with pytest.raises(FileNotFoundError, match=shards[1]):
+    hf.load_pretrained(str(tmp_path))
+
+
+def test_unsupported_architecture_is_named(tmp_path):
+  (tmp_path / "config.json").write_text(json.dumps(
+      {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]}))
+  with pytest.raises(ValueError, match="gpt2"):
+    hf.load_config(str(tmp_path))
+
+
+def test_missing_gguf_is_named(tmp_path):
+  missing = str(tmp_path / "nope.gguf")
+  with pytest.raises(FileNotFoundError, match="nope.gguf"):
+    hf.load_gguf(missing)
+  with pytest.raises(FileNotFoundError, match="nope.gguf"):
+    hf.load_tokenizer(gguf_file=missing)
+
+
+def test_vocab_mismatch_is_named():
+  class Tok:
+    def __len__(self):
+      return 200
+  cfg = model_lib.ModelConfig.from_hf({
+      "model_type": "llama", "vocab_size": 128, "hidden_size": 8,
+      "intermediate_size": 4, "num_hidden_layers": 1,
+      "num_attention_heads": 2})
+  with pytest.raises(ValueError, match="vocabulary mismatch"):
+    hf.check_vocab(Tok(), cfg)
