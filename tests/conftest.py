@@ -1,9 +1,37 @@
-"""Shared pytest setup: CPU, quiet TensorFlow, deterministic hashing."""
+"""Shared pytest setup: CPU with 8 fake devices, quiet logs, offline hubs."""
 
 import os
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# Eight fake CPU devices for the sharding tests; unsharded code uses one.
+if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                             " --xla_force_host_platform_device_count=8")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+  """(config, params, tokenizer) of SmolLM2-135M-Instruct from its GGUF."""
+  from seed_jax import hf
+  config, params = hf.load_gguf()
+  return config, params, hf.load_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def smollm2_torch():
+  """The transformers (PyTorch) SmolLM2 model, loaded from the same GGUF."""
+  import torch
+  import transformers
+  from seed_jax import hf
+  path = hf.smollm2_gguf_path()
+  return transformers.AutoModelForCausalLM.from_pretrained(
+      os.path.dirname(path), gguf_file=os.path.basename(path),
+      dtype=torch.float32).eval()

@@ -142,3 +142,25 @@ def test_vocab_mismatch_is_named():
       "num_attention_heads": 2})
   with pytest.raises(ValueError, match="vocabulary mismatch"):
     hf.check_vocab(Tok(), cfg)
+
+
+def test_smollm2_logits_match_transformers(smollm2, smollm2_torch):
+  import torch
+  config, params, tok = smollm2
+  assert config.num_layers == 30 and config.tie_embeddings
+  hf.check_vocab(tok, config)
+  text = tok.apply_chat_template(
+      [{"role": "user", "content": "Name three colours of the rainbow."}],
+      tokenize=False, add_generation_prompt=True)
+  assert text.startswith("<|im_start|>system")
+  ids = np.asarray([tok.encode(text)], np.int32)
+  ours = np.asarray(model_lib.apply(params, ids, np.ones_like(ids),
+                                    config=config))
+  with torch.no_grad():
+    theirs = smollm2_torch(torch.tensor(ids, dtype=torch.long)).logits.numpy()
+  diff = np.abs(ours - theirs).max()
+  scale = np.abs(theirs).max()
+  print(f"SmolLM2 max |logit diff| = {diff:.2e} (max |logit| {scale:.1f})")
+  # float32 rounding over 30 layers: a few 1e-6 of the logit scale.
+  assert diff <= 1e-5 * scale, (diff, scale)
+  assert (ours.argmax(-1) == theirs.argmax(-1)).all()

@@ -1,0 +1,320 @@
+"""A jitted sampler: prefill, then a `lax.while_loop` decode over a KV cache.
+
+`sample(params, prompts, mask, rng, ...)` is one compiled function per
+(prompt bucket, max_new_tokens, sampling method); `params` is an argument,
+never a closure, so the same compilation serves every update.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Sequence
+
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from seed_jax import model as model_lib
+
+
+# ---------------------------------------------------------------------------
+# Sampling methods: small frozen dataclasses, hashable (static jit args).
+
+
+@dataclasses.dataclass(frozen=True)
+class Greedy:
+  """Takes the most likely token."""
+
+  def __call__(self, logits: jax.Array, rng: jax.Array) -> jax.Array:
+    del rng
+    return jnp.argmax(logits, axis=-1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Temperature:
+  """Samples from softmax(logits / temperature)."""
+  temperature: float = 1.0
+
+  def __call__(self, logits, rng):
+    return jax.random.categorical(rng, logits / self.temperature, axis=-1)
+
+
+@dataclasses.dataclass(frozen=True)
+class TopK:
+  """Samples among the k most likely tokens."""
+  k: int
+  temperature: float = 1.0
+
+  def __call__(self, logits, rng):
+    kth = jax.lax.top_k(logits, self.k)[0][..., -1:]
+    logits = jnp.where(logits < kth, -jnp.inf, logits)
+    return jax.random.categorical(rng, logits / self.temperature, axis=-1)
+
+
+@dataclasses.dataclass(frozen=True)
+class TopP:
+  """Nucleus sampling: the smallest set of tokens with probability >= p."""
+  p: float
+  temperature: float = 1.0
+
+  def __call__(self, logits, rng):
+    logits = logits / self.temperature
+    order = jnp.sort(logits, axis=-1)[..., ::-1]
+    probs = jax.nn.softmax(order, axis=-1)
+    # Keep a token while the mass strictly before it is below p.
+    before = jnp.cumsum(probs, axis=-1) - probs
+    cutoff = jnp.min(jnp.where(before < self.p, order, jnp.inf), axis=-1,
+                     keepdims=True)
+    logits = jnp.where(logits < cutoff, -jnp.inf, logits)
+    return jax.random.categorical(rng, logits, axis=-1)
+
+
+Sampling = Greedy | Temperature | TopK | TopP
+
+
+# ---------------------------------------------------------------------------
+
+
+@flax.struct.dataclass
+class SampleOutput:
+  tokens: jax.Array  # [B, N] int32, pad_id after a row is done
+  lengths: jax.Array  # [B] int32, tokens generated (stop token included)
+  done: jax.Array  # [B] bool, stopped on EOS or a stop sequence
+  logprobs: jax.Array  # [B, N] float32, log p(token) at temperature 1
+
+
+@flax.struct.dataclass
+class _Loop:
+  step: jax.Array  # [] int32, index of the token being produced
+  tokens: jax.Array  # [B, N] int32
+  logprobs: jax.Array  # [B, N] float32
+  done: jax.Array  # [B] bool
+  lengths: jax.Array  # [B] int32
+  positions: jax.Array  # [B] int32, RoPE position of the next input token
+  kv_mask: jax.Array  # [B, S] bool, valid cache slots
+  cache: model_lib.Cache  # k, v: [L, B, S, K, E]
+  recent: jax.Array  # [B, W] int32, last W generated tokens (for stop seqs)
+  rng: jax.Array  # key
+
+
+def _stop_hit(recent: jax.Array, n_generated: jax.Array,
+              stop_seqs: tuple[tuple[int, ...], ...]) -> jax.Array:
+  """[B] whether the generated tail equals one of the stop sequences."""
+  hit = jnp.zeros(recent.shape[0], bool)
+  W = recent.shape[1]
+  for seq in stop_seqs:
+    tail = recent[:, W - len(seq):]
+    match = jnp.all(tail == jnp.asarray(seq, jnp.int32), axis=-1)
+    hit = hit | (match & (n_generated >= len(seq)))
+  return hit
+
+
+@functools.partial(
+    jax.jit,
+    static_argnames=("config", "max_new_tokens", "sampling", "eos_ids",
+                     "stop_seqs", "pad_id"))
+def sample(params: model_lib.Params, prompts: jax.Array, mask: jax.Array,
+           rng: jax.Array, *, config: model_lib.ModelConfig,
+           max_new_tokens: int, sampling: Sampling = Greedy(),
+           eos_ids: tuple[int, ...] = (),
+           stop_seqs: tuple[tuple[int, ...], ...] = (),
+           pad_id: int = 0) -> SampleOutput:
+  """Samples up to `max_new_tokens` tokens after left-padded prompts.
+
+  Args:
+    params: decoder parameters (any sharding).
+    prompts: [B, P] int32, left-padded.
+    mask: [B, P] 1 on real prompt tokens. Every row needs at least one.
+    rng: a PRNG key; the same key gives the same tokens.
+    config: the model config.
+    max_new_tokens: N, the decode budget (the cache holds P + N slots).
+    sampling: Greedy(), Temperature(t), TopK(k, t) or TopP(p, t).
+    eos_ids: token ids that end a row (kept in the output).
+    stop_seqs: token-id sequences that end a row when generated.
+    pad_id: fills a row's tokens after it is done.
+
+  Returns:
+    SampleOutput with tokens/logprobs [B, N], lengths and done [B].
+  """
+  c = config
+  B, P = prompts.shape
+  N = max_new_tokens
+  S = P + N
+  if B == 0:
+    raise ValueError("empty batch: no prompts to sample from")
+  if N < 1:
+    raise ValueError(f"max_new_tokens must be >= 1, got {N}")
+  if S > c.max_position_embeddings:
+    raise ValueError(
+        f"prompt bucket {P} + max_new_tokens {N} = {S} exceeds the model's "
+        f"context of {c.max_position_embeddings} positions (the KV cache)")
+  mask = mask.astype(bool)
+  W = max([len(s) for s in stop_seqs] + [1])
+  eos = jnp.asarray(eos_ids or (-1,), jnp.int32)
+
+  def pick(logits, rng, state_done):
+    # The log-prob PPO needs is under the temperature-1 distribution, whatever
+    # the sampling method.
+    token = sampling(logits, rng).astype(jnp.int32)
+    logp = jnp.take_along_axis(jax.nn.log_softmax(logits, axis=-1),
+                               token[:, None], axis=-1)[:, 0]
+    token = jnp.where(state_done, pad_id, token)
+    logp = jnp.where(state_done, 0.0, logp)
+    return token, logp
+
+  def record(state: _Loop, token, logp) -> _Loop:
+    i = state.step
+    was_done = state.done
+    recent = jnp.concatenate([state.recent[:, 1:], token[:, None]], axis=1)
+    lengths = jnp.where(was_done, state.lengths, i + 1)
+    hit = jnp.isin(token, eos) | _stop_hit(recent, lengths, stop_seqs)
+    return state.replace(
+        tokens=state.tokens.at[:, i].set(token),
+        logprobs=state.logprobs.at[:, i].set(logp),
+        done=was_done | hit,
+        lengths=lengths,
+        recent=recent,
+        step=i + 1)
+
+  # Prefill: the whole prompt in one forward, keys/values into slots [0, P).
+  cache = model_lib.init_cache(c, B, S)
+  kv_mask = jnp.concatenate([mask, jnp.zeros((B, N), bool)], axis=1)
+  positions = model_lib.positions_from_mask(mask)
+  hidden, cache = model_lib.forward(params, prompts, positions, kv_mask,
+                                    config=c, cache=cache, cache_index=0)
+  last_logits = model_lib.logits(params, hidden[:, -1:], config=c)[:, 0]
+  rng, sub = jax.random.split(rng)
+  state = _Loop(
+      step=jnp.zeros((), jnp.int32),
+      tokens=jnp.full((B, N), pad_id, jnp.int32),
+      logprobs=jnp.zeros((B, N), jnp.float32),
+      done=jnp.zeros((B,), bool),
+      lengths=jnp.zeros((B,), jnp.int32),
+      positions=positions[:, -1] + 1,
+      kv_mask=kv_mask,
+      cache=cache,
+      recent=jnp.full((B, W), -1, jnp.int32),
+      rng=rng)
+  token, logp = pick(last_logits, sub, state.done)
+  state = record(state, token, logp)
+
+  def cond(s: _Loop):
+    return (s.step < N) & ~jnp.all(s.done)
+
+  def body(s: _Loop) -> _Loop:
+    slot = P + s.step - 1  # cache slot of the token fed now
+    prev = s.tokens[:, s.step - 1]
+    kv_mask = s.kv_mask.at[:, slot].set(True)
+    hidden, cache = model_lib.forward(
+        params, prev[:, None], s.positions[:, None], kv_mask, config=c,
+        cache=s.cache, cache_index=slot)
+    step_logits = model_lib.logits(params, hidden, config=c)[:, 0]
+    rng, sub = jax.random.split(s.rng)
+    s = s.replace(kv_mask=kv_mask, cache=cache, rng=rng,
+                  positions=s.positions + 1)
+    token, logp = pick(step_logits, sub, s.done)
+    return record(s, token, logp)
+
+  state = jax.lax.while_loop(cond, body, state)
+  return SampleOutput(tokens=state.tokens, lengths=state.lengths,
+                      done=state.done, logprobs=state.logprobs)
+
+
+# ---------------------------------------------------------------------------
+# Host-side helpers: buckets and stop strings.
+
+DEFAULT_BUCKETS = (64, 128, 256, 512, 1024, 2048, 4096)
+
+
+@dataclasses.dataclass
+class Padded:
+  tokens: np.ndarray  # [B, L] int32
+  mask: np.ndarray  # [B, L] int32
+  truncated: int  # rows cut on the left to fit
+
+
+def pad_left(seqs: Sequence[Sequence[int]], *, buckets=DEFAULT_BUCKETS,
+             pad_id: int = 0, truncate: bool = False) -> Padded:
+  """Left-pads token lists to the smallest bucket that holds the longest.
+
+  Example: [[5, 6], [7]] with buckets (4,) ->
+    tokens [[0, 0, 5, 6], [0, 0, 0, 7]], mask [[0, 0, 1, 1], [0, 0, 0, 1]].
+
+  Raises:
+    ValueError: on an empty batch, an empty prompt, or a prompt longer than
+      the largest bucket unless `truncate` (then its oldest tokens are cut
+      and counted in `truncated`).
+  """
+  if not len(seqs):
+    raise ValueError("empty batch: no prompts to pad")
+  longest = max(len(s) for s in seqs)
+  if min(len(s) for s in seqs) == 0:
+    raise ValueError("a prompt has no tokens")
+  fits = [b for b in buckets if b >= longest]
+  if fits:
+    length = fits[0]
+  elif truncate:
+    length = max(buckets)
+  else:
+    raise ValueError(
+        f"prompt of {longest} tokens exceeds the largest bucket "
+        f"({max(buckets)}); raise the buckets or ask for left truncation")
+  toks = np.full((len(seqs), length), pad_id, np.int32)
+  mask = np.zeros((len(seqs), length), np.int32)
+  cut = 0
+  for i, s in enumerate(seqs):
+    s = list(s)
+    if len(s) > length:
+      s, cut = s[-length:], cut + 1
+    toks[i, length - len(s):] = s
+    mask[i, length - len(s):] = 1
+  return Padded(toks, mask, cut)
+
+
+def stop_token_sequences(tokenizer, stop_strings: Sequence[str],
+                         ) -> tuple[tuple[int, ...], ...]:
+  """Token-id sequences that end generation on a stop string.
+
+  The canonical encoding of each string, plus every single vocabulary token
+  whose text contains the string (a merge such as "</action>\\n"). Decoded
+  text is cut at the first stop string on the host anyway; this only lets
+  the loop stop early.
+  """
+  seqs = set()
+  for s in stop_strings:
+    ids = tuple(tokenizer.encode(s, add_special_tokens=False))
+    if ids:
+      seqs.add(ids)
+    for tok, i in tokenizer.get_vocab().items():
+      text = tokenizer.convert_tokens_to_string([tok])
+      if s in text:
+        seqs.add((i,))
+  return tuple(sorted(seqs))
+
+
+def generate_text(params, config, tokenizer, prompts: Sequence[str], *,
+                  max_new_tokens: int, sampling: Sampling = Greedy(),
+                  rng: jax.Array | None = None, stop_strings=(),
+                  buckets=DEFAULT_BUCKETS) -> list[str]:
+  """Convenience: strings in, decoded continuations out (cut at stops)."""
+  ids = [tokenizer.encode(p, add_special_tokens=False) for p in prompts]
+  pad = config.pad_token_id if config.pad_token_id is not None else 0
+  batch = pad_left(ids, buckets=buckets, pad_id=pad)
+  out = sample(params, batch.tokens, batch.mask,
+               rng if rng is not None else jax.random.key(0), config=config,
+               max_new_tokens=max_new_tokens, sampling=sampling,
+               eos_ids=tuple(config.eos_token_ids),
+               stop_seqs=stop_token_sequences(tokenizer, stop_strings),
+               pad_id=pad)
+  tokens, lengths = jax.device_get((out.tokens, out.lengths))
+  texts = []
+  for row, n in zip(tokens, lengths):
+    row = [t for t in row[:n] if t not in config.eos_token_ids]
+    text = tokenizer.decode(row, skip_special_tokens=True)
+    for s in stop_strings:
+      if s in text:
+        text = text[:text.index(s) + len(s)]
+    texts.append(text)
+  return texts

@@ -1,0 +1,121 @@
+"""Log-probs of given responses: single-context and dual-context scoring.
+
+The dual form scores the same response tokens after two different prompts
+(ordinary and skill-augmented) in one forward: the two contexts are stacked on
+the batch axis ([2B, L]). Log-softmax runs in float32 over chunks of the
+response so that [2B, L, V] float32 logits never exist at once.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from seed_jax import model as model_lib
+
+
+def _chunked_logp(params, hidden, targets, *, config, chunk: int,
+                  with_entropy: bool):
+  """Per-token log p(target) (and entropy) from hidden states, in chunks.
+
+  Args:
+    hidden: [B, R, D] states that predict `targets`.
+    targets: [B, R] int32.
+
+  Returns:
+    logp [B, R] float32 and entropy [B, R] float32 (zeros unless asked).
+  """
+  B, R, D = hidden.shape
+  n = -(-R // chunk)
+  pad = n * chunk - R
+  h = jnp.pad(hidden, ((0, 0), (0, pad), (0, 0)))
+  t = jnp.pad(targets, ((0, 0), (0, pad)))
+  h = h.reshape(B, n, chunk, D).swapaxes(0, 1)  # [n, B, c, D]
+  t = t.reshape(B, n, chunk).swapaxes(0, 1)  # [n, B, c]
+
+  # Rematerialized: the backward pass recomputes one chunk's logits at a time
+  # instead of keeping all of them.
+  @jax.checkpoint
+  def one(args):
+    hc, tc = args
+    lg = model_lib.logits(params, hc, config=config)  # [B, c, V] float32
+    lsm = jax.nn.log_softmax(lg, axis=-1)
+    lp = jnp.take_along_axis(lsm, tc[..., None], axis=-1)[..., 0]
+    if with_entropy:
+      ent = -jnp.sum(jnp.exp(lsm) * lsm, axis=-1)
+    else:
+      ent = jnp.zeros_like(lp)
+    return lp, ent
+
+  lp, ent = jax.lax.map(one, (h, t))
+  lp = lp.swapaxes(0, 1).reshape(B, n * chunk)[:, :R]
+  ent = ent.swapaxes(0, 1).reshape(B, n * chunk)[:, :R]
+  return lp, ent
+
+
+def score_tokens(params, prompts, prompt_mask, responses, response_mask, *,
+                 config: model_lib.ModelConfig, chunk: int = 64,
+                 with_entropy: bool = False, remat: bool = False):
+  """Log-probs of right-padded responses after left-padded prompts (traceable).
+
+  Args:
+    prompts: [B, P] int32, left-padded; prompt_mask [B, P].
+    responses: [B, R] int32, right-padded; response_mask [B, R].
+
+  Returns:
+    (logp [B, R], entropy [B, R]) float32; zero where response_mask is 0.
+  """
+  P = prompts.shape[1]
+  R = responses.shape[1]
+  tokens = jnp.concatenate([prompts, responses], axis=1)
+  mask = jnp.concatenate([prompt_mask, response_mask], axis=1).astype(bool)
+  positions = model_lib.positions_from_mask(mask)
+  hidden, _ = model_lib.forward(params, tokens, positions, mask,
+                                config=config, remat=remat)
+  # The state at position P-1+j predicts response token j.
+  h = jax.lax.dynamic_slice_in_dim(hidden, P - 1, R, axis=1)
+  lp, ent = _chunked_logp(params, h, responses, config=config, chunk=chunk,
+                          with_entropy=with_entropy)
+  rm = response_mask.astype(bool)
+  return jnp.where(rm, lp, 0.0), jnp.where(rm, ent, 0.0)
+
+
+@functools.partial(jax.jit, static_argnames=("config", "chunk"))
+def score(params, prompts, prompt_mask, responses, response_mask, *,
+          config: model_lib.ModelConfig, chunk: int = 64) -> jax.Array:
+  """Single-context log-probs [B, R] (old and reference log-probs)."""
+  return score_tokens(params, prompts, prompt_mask, responses, response_mask,
+                      config=config, chunk=chunk)[0]
+
+
+def _left_pad_to(x, length):
+  return jnp.pad(x, ((0, 0), (length - x.shape[1], 0)))
+
+
+@functools.partial(jax.jit, static_argnames=("config", "chunk"))
+def score_dual(params, prompts_a, mask_a, prompts_b, mask_b, responses,
+               response_mask, *, config: model_lib.ModelConfig,
+               chunk: int = 64) -> tuple[jax.Array, jax.Array]:
+  """Log-probs of the same responses under two contexts, in one forward.
+
+  Args:
+    prompts_a: [B, Pa] left-padded ordinary prompts; mask_a [B, Pa].
+    prompts_b: [B, Pb] left-padded augmented prompts; mask_b [B, Pb].
+    responses: [B, R] right-padded; response_mask [B, R].
+
+  Returns:
+    (logp_a, logp_b), each [B, R] float32.
+  """
+  B = responses.shape[0]
+  P = max(prompts_a.shape[1], prompts_b.shape[1])
+  prompts = jnp.concatenate([_left_pad_to(prompts_a, P),
+                             _left_pad_to(prompts_b, P)], axis=0)
+  pmask = jnp.concatenate([_left_pad_to(mask_a, P),
+                           _left_pad_to(mask_b, P)], axis=0)
+  resp = jnp.concatenate([responses, responses], axis=0)
+  rmask = jnp.concatenate([response_mask, response_mask], axis=0)
+  lp, _ = score_tokens(params, prompts, pmask, resp, rmask, config=config,
+                       chunk=chunk)
+  return lp[:B], lp[B:]

@@ -1,0 +1,176 @@
+"""Sampler: golden sequences, parity with transformers.generate, compile counts."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+
+from seed_jax import hf
+from seed_jax import model as model_lib
+from seed_jax import sampler
+from seed_jax import scorer
+from seed_jax import testing
+from tests import hf_reference
+
+V = 32
+
+
+def _plus_one_model():
+  """A real decoder whose greedy next token is (previous + 1) mod V.
+
+  Blocks add nothing (zero output projections); the embedding is one-hot and
+  the head shifts it by one, so logits = sqrt(V) * onehot(prev + 1).
+  """
+  cfg = testing.tiny_config(vocab_size=V, hidden_size=V, num_layers=1,
+                            eos_token_ids=())
+  params = model_lib.init_params(cfg, jax.random.key(0))
+  params["layers"]["o_kernel"] = jnp.zeros_like(params["layers"]["o_kernel"])
+  params["layers"]["down_kernel"] = jnp.zeros_like(
+      params["layers"]["down_kernel"])
+  params["embed"]["embedding"] = jnp.eye(V)
+  params["lm_head"]["kernel"] = jnp.roll(jnp.eye(V), 1, axis=1)
+  return cfg, params
+
+
+def test_golden_plus_one():
+  cfg, params = _plus_one_model()
+  batch = sampler.pad_left([[5, 6, 7], [10], [3, 4]], buckets=(4,))
+  out = sampler.sample(params, batch.tokens, batch.mask, jax.random.key(0),
+                       config=cfg, max_new_tokens=6, eos_ids=(12,),
+                       stop_seqs=((5, 6),), pad_id=0)
+  np.testing.assert_array_equal(out.tokens, [[8, 9, 10, 11, 12, 0],
+                                             [11, 12, 0, 0, 0, 0],
+                                             [5, 6, 0, 0, 0, 0]])
+  np.testing.assert_array_equal(out.lengths, [5, 2, 2])
+  np.testing.assert_array_equal(out.done, [True, True, True])
+  # logits = a * onehot, a = 1 / rms(onehot) = (1/V + eps) ** -0.5.
+  a = (1 / V + cfg.rms_norm_eps) ** -0.5
+  expected = a - np.log(np.exp(a) + V - 1)
+  lp = np.asarray(out.logprobs)
+  np.testing.assert_allclose(lp[0, :5], expected, rtol=1e-5)
+  assert (lp[0, 5:] == 0).all() and (lp[1, 2:] == 0).all()
+
+
+def test_budget_exhausted_rows_are_not_done():
+  cfg, params = _plus_one_model()
+  batch = sampler.pad_left([[1], [20]], buckets=(2,))
+  out = sampler.sample(params, batch.tokens, batch.mask, jax.random.key(0),
+                       config=cfg, max_new_tokens=4, eos_ids=(4,))
+  np.testing.assert_array_equal(out.tokens, [[2, 3, 4, 0], [21, 22, 23, 24]])
+  np.testing.assert_array_equal(out.lengths, [3, 4])
+  np.testing.assert_array_equal(out.done, [True, False])
+
+
+def test_compiles_once_per_bucket():
+  cfg, params = _plus_one_model()
+  sampler.sample.clear_cache() if hasattr(sampler.sample, "clear_cache") else None
+  kw = dict(config=cfg, max_new_tokens=3)
+  for seqs in ([[1, 2]], [[3]], [[4, 5, 6]]):
+    b = sampler.pad_left(seqs, buckets=(4, 8))
+    sampler.sample(params, b.tokens, b.mask, jax.random.key(1), **kw)
+  assert sampler.sample._cache_size() == 1
+  b = sampler.pad_left([[1] * 6], buckets=(4, 8))
+  sampler.sample(params, b.tokens, b.mask, jax.random.key(1), **kw)
+  assert sampler.sample._cache_size() == 2
+
+
+def test_deterministic_for_a_key():
+  cfg = testing.tiny_config()
+  params = model_lib.init_params(cfg, jax.random.key(3))
+  b = sampler.pad_left([[5, 6, 7], [8, 9]], buckets=(4,))
+  for method in (sampler.Temperature(1.0), sampler.TopK(5, 0.7),
+                 sampler.TopP(0.9)):
+    run = lambda k: sampler.sample(params, b.tokens, b.mask, k, config=cfg,
+                                   max_new_tokens=8, sampling=method)
+    a, a2, c = run(jax.random.key(1)), run(jax.random.key(1)), run(
+        jax.random.key(2))
+    np.testing.assert_array_equal(a.tokens, a2.tokens)
+    assert not np.array_equal(a.tokens, c.tokens)
+
+
+def test_top_k_and_top_p_restrict_support():
+  logits = jnp.log(jnp.asarray([[0.5, 0.3, 0.15, 0.05]]))
+  keys = jax.random.split(jax.random.key(0), 300)
+  draw = jax.jit(jax.vmap(lambda k, m: m(logits, k)[0], in_axes=(0, None)),
+                 static_argnums=1)
+  assert set(np.asarray(draw(keys, sampler.TopK(2)))) == {0, 1}
+  assert set(np.asarray(draw(keys, sampler.TopP(0.7)))) == {0, 1}
+  assert set(np.asarray(draw(keys, sampler.TopP(0.81)))) == {0, 1, 2}
+
+
+def test_sampler_logprobs_equal_scorer():
+  cfg = testing.tiny_config(family="qwen3")
+  params = model_lib.init_params(cfg, jax.random.key(4))
+  b = sampler.pad_left([[5, 6, 7, 9], [8, 9], [11]], buckets=(8,))
+  out = sampler.sample(params, b.tokens, b.mask, jax.random.key(5),
+                       config=cfg, max_new_tokens=12,
+                       sampling=sampler.Temperature(0.7), eos_ids=(1,))
+  rmask = (np.arange(12)[None] < np.asarray(out.lengths)[:, None]).astype(
+      np.int32)
+  lp = scorer.score(params, b.tokens, b.mask, out.tokens, rmask, config=cfg,
+                    chunk=5)
+  diff = np.abs(np.asarray(lp) - np.asarray(out.logprobs)).max()
+  assert diff <= 1e-4, diff
+
+
+@pytest.mark.parametrize("family,kw", [
+    ("llama", {}), ("llama", dict(tie_word_embeddings=True, head_dim=24)),
+    ("qwen2", {}), ("qwen3", dict(head_dim=32))])
+def test_greedy_matches_transformers_generate(family, kw, tmp_path):
+  ref = hf_reference.torch_model(family, **kw)
+  ref.save_pretrained(tmp_path)
+  cfg, params = hf.load_pretrained(str(tmp_path), eos_token_ids=())
+  rng = np.random.default_rng(0)
+  toks, mask = hf_reference.left_padded_batch(rng, 128, [9, 4, 14], 14)
+  n = 24
+  out = sampler.sample(params, toks, mask, jax.random.key(0), config=cfg,
+                       max_new_tokens=n)
+  with torch.no_grad():
+    gen = ref.generate(torch.tensor(toks, dtype=torch.long),
+                       attention_mask=torch.tensor(mask, dtype=torch.long),
+                       max_new_tokens=n, min_new_tokens=n, do_sample=False,
+                       pad_token_id=0, eos_token_id=None)
+  np.testing.assert_array_equal(np.asarray(out.tokens), gen[:, 14:].numpy())
+
+
+def test_smollm2_greedy_matches_transformers(smollm2, smollm2_torch):
+  config, params, tok = smollm2
+  chats = ["Explain in two sentences why the sky is blue.",
+           "Write a haiku about the sea.",
+           "List two prime numbers and explain briefly why they are prime."]
+  texts = [tok.apply_chat_template([{"role": "user", "content": c}],
+                                   tokenize=False, add_generation_prompt=True)
+           for c in chats]
+  ids = [tok.encode(t) for t in texts]
+  b = sampler.pad_left(ids, buckets=(64,), pad_id=config.pad_token_id)
+  n = 24
+  out = sampler.sample(params, b.tokens, b.mask, jax.random.key(0),
+                       config=config, max_new_tokens=n,
+                       eos_ids=config.eos_token_ids,
+                       pad_id=config.pad_token_id)
+  with torch.no_grad():
+    gen = smollm2_torch.generate(
+        torch.tensor(b.tokens, dtype=torch.long),
+        attention_mask=torch.tensor(b.mask, dtype=torch.long),
+        max_new_tokens=n, do_sample=False, pad_token_id=config.pad_token_id)
+  ref = gen[:, 64:].numpy()
+  ours = np.asarray(out.tokens)[:, :ref.shape[1]]
+  for row_ours, row_ref, length in zip(ours, ref, np.asarray(out.lengths)):
+    np.testing.assert_array_equal(row_ours[:length], row_ref[:length])
+  assert min(np.asarray(out.lengths)) >= 20
+  print([tok.decode(r[:l]) for r, l in zip(ours, np.asarray(out.lengths))])
+
+
+def test_bad_inputs():
+  cfg, params = _plus_one_model()
+  with pytest.raises(ValueError, match="empty batch"):
+    sampler.pad_left([])
+  with pytest.raises(ValueError, match="exceeds the largest bucket"):
+    sampler.pad_left([[1] * 9], buckets=(4, 8))
+  cut = sampler.pad_left([[1] * 9, [2] * 3], buckets=(4, 8), truncate=True)
+  assert cut.truncated == 1 and cut.tokens.shape == (2, 8)
+  b = sampler.pad_left([[1, 2]], buckets=(4,))
+  with pytest.raises(ValueError, match="context"):
+    sampler.sample(params, b.tokens, b.mask, jax.random.key(0), config=cfg,
+                   max_new_tokens=cfg.max_position_embeddings)
