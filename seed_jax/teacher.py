@@ -1,0 +1,304 @@
+"""External analyzer: an OpenAI-compatible chat-completions client (stdlib).
+
+Writes `{"episode_summary", "episode_skill"}` per episode for Stage 1
+(DESIGN.md §1.2) or as the external-analyzer variant (§1.6), from the analysis
+prompt the policy sees (skills.build_analysis_prompt).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import http.client
+import json
+import os
+import threading
+import time
+import urllib.error
+import urllib.request
+from typing import Any, Callable, Sequence
+
+from seed_jax import skills
+from seed_jax.episodes import Episode
+
+ENV_BASE_URL = "SEED_TEACHER_BASE_URL"
+ENV_MODEL = "SEED_TEACHER_MODEL"
+ENV_API_KEY = "SEED_TEACHER_API_KEY"
+_RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+
+
+class TeacherUnavailableError(RuntimeError):
+  """The endpoint could not be reached or kept failing.
+
+  Attributes:
+    url: the chat-completions URL.
+    attempts: requests made for the failing prompt.
+    status: the last HTTP status, or None for a connection-level failure.
+    partial: from the *_many methods, one entry per input: its result where
+      a reply arrived before the failure, else None; None from the others.
+    completed: from the *_many methods, per input, whether a reply arrived
+      (tells an unparsed annotation from a missing one); else None.
+  """
+
+  def __init__(self, url: str, attempts: int, reason: str,
+               status: int | None = None, partial: list[Any] | None = None,
+               completed: list[bool] | None = None):
+    super().__init__(f"teacher endpoint {url} unavailable after {attempts} "
+                     f"attempt{'s' if attempts != 1 else ''}: {reason}")
+    self.url, self.attempts, self.reason = url, attempts, reason
+    self.status, self.partial, self.completed = status, partial, completed
+
+  def with_partial(self, partial: list[Any],
+                   completed: list[bool]) -> TeacherUnavailableError:
+    return TeacherUnavailableError(self.url, self.attempts, self.reason,
+                                   self.status, partial, completed)
+
+
+class _Retryable(Exception):
+
+  def __init__(self, reason: str, status: int | None = None,
+               retry_after: float | None = None):
+    super().__init__(reason)
+    self.reason, self.status, self.retry_after = reason, status, retry_after
+
+
+def _content(body: bytes) -> str:
+  """The first choice's message text of a chat-completions response."""
+  data = json.loads(body.decode("utf-8", errors="replace"))
+  content = data["choices"][0]["message"].get("content")
+  if isinstance(content, list):  # content parts
+    content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+  return content if isinstance(content, str) else ""
+
+
+def _retry_after(headers: Any) -> float | None:
+  try:
+    return float(headers.get("Retry-After"))
+  except (TypeError, ValueError, AttributeError):
+    return None
+
+
+class OpenAITeacher:
+  """OpenAI-compatible chat-completions teacher with retries and a
+  concurrency limit.
+
+  Example:
+    teacher = OpenAITeacher("http://127.0.0.1:8000/v1", "qwen2.5-72b")
+    teacher.annotate(episode)
+    -> {"episode_summary": "...", "episode_skill": "..."} (None: unparsed)
+  """
+
+  def __init__(self, base_url: str | None = None, model: str | None = None,
+               api_key: str | None = None, *, timeout: float = 60.0,
+               max_retries: int = 3, backoff: float = 1.0,
+               max_backoff: float = 30.0, max_concurrency: int = 4,
+               temperature: float = 0.0, max_tokens: int = 512,
+               mode: str = "episode_only", max_critical_steps: int = 3,
+               max_prompt_chars: int | None = None,
+               sleep: Callable[[float], None] = time.sleep):
+    """Configures the client; nothing is sent.
+
+    Args:
+      base_url: API root such as "http://host:8000/v1"; default from
+        $SEED_TEACHER_BASE_URL. Requests go to `<base_url>/chat/completions`.
+      model: model name; default from $SEED_TEACHER_MODEL.
+      api_key: bearer token; default from $SEED_TEACHER_API_KEY; none sent
+        when empty (local servers).
+      timeout: seconds per request.
+      max_retries: retries after the first attempt, on connection errors,
+        timeouts, malformed bodies and HTTP 408/409/425/429/5xx.
+      backoff: first retry delay in seconds; doubles per retry.
+      max_backoff: cap on one delay (also on a server's Retry-After).
+      max_concurrency: most requests in flight at once from this client.
+      temperature: sampling temperature sent with each request.
+      max_tokens: reply length limit sent with each request.
+      mode: analysis prompt mode ("episode_only" or "episode_step").
+      max_critical_steps: K for "episode_step".
+      max_prompt_chars: length budget of the analysis prompt.
+      sleep: the delay function (injected in tests).
+
+    Raises:
+      ValueError: when no base URL or model is given or set, or a limit is
+        out of range.
+    """
+    base_url = base_url or os.environ.get(ENV_BASE_URL, "")
+    model = model or os.environ.get(ENV_MODEL, "")
+    if not base_url:
+      raise ValueError(f"no teacher base URL: pass base_url or set "
+                       f"{ENV_BASE_URL}")
+    if not model:
+      raise ValueError(f"no teacher model: pass model or set {ENV_MODEL}")
+    if max_retries < 0 or max_concurrency < 1:
+      raise ValueError("need max_retries >= 0 and max_concurrency >= 1")
+    if mode not in skills.MODES:
+      raise ValueError(f"unknown analysis mode {mode!r}")
+    self.url = base_url.rstrip("/") + "/chat/completions"
+    self.model = model
+    self._api_key = api_key if api_key is not None else os.environ.get(
+        ENV_API_KEY, "")
+    self.timeout, self.max_retries = timeout, max_retries
+    self.backoff, self.max_backoff = backoff, max_backoff
+    self.max_concurrency = max_concurrency
+    self.temperature, self.max_tokens = temperature, max_tokens
+    self.mode, self.max_critical_steps = mode, max_critical_steps
+    self.max_prompt_chars = max_prompt_chars
+    self._sleep = sleep
+    self._slots = threading.BoundedSemaphore(max_concurrency)
+    self.stats = skills.ParseStats()
+    self.requests = 0  # HTTP requests sent, retries included
+    self.steps_cut = 0  # steps cut from analysis prompts by the budget
+    self._lock = threading.Lock()
+
+  def __repr__(self) -> str:  # never shows the key
+    return f"OpenAITeacher(url={self.url!r}, model={self.model!r})"
+
+  def _post(self, prompt: str) -> str:
+    payload = {"model": self.model, "temperature": self.temperature,
+               "max_tokens": self.max_tokens,
+               "messages": [{"role": "user", "content": prompt}]}
+    headers = {"Content-Type": "application/json"}
+    if self._api_key:
+      headers["Authorization"] = f"Bearer {self._api_key}"
+    request = urllib.request.Request(
+        self.url, data=json.dumps(payload).encode("utf-8"), headers=headers,
+        method="POST")
+    with self._lock:
+      self.requests += 1
+    try:
+      with urllib.request.urlopen(request, timeout=self.timeout) as response:
+        body = response.read()
+    except urllib.error.HTTPError as e:
+      reason = f"HTTP {e.code} {e.reason}"
+      if e.code in _RETRY_STATUS:
+        raise _Retryable(reason, e.code, _retry_after(e.headers)) from e
+      raise TeacherUnavailableError(self.url, 1, reason, e.code) from e
+    except (OSError, http.client.HTTPException) as e:  # refused, timeout, ...
+      raise _Retryable(f"{type(e).__name__}: {getattr(e, 'reason', e)}") from e
+    try:
+      return _content(body)
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
+      raise _Retryable(f"malformed response body ({type(e).__name__})") from e
+
+  def complete(self, prompt: str) -> str:
+    """Sends one user message; returns the reply text ("" when none).
+
+    Args:
+      prompt: the user message.
+
+    Returns:
+      The first choice's message content.
+
+    Raises:
+      TeacherUnavailableError: after `max_retries` retries of retryable
+        failures, or at once on another HTTP error (e.g. 401, 404).
+    """
+    attempt = 0
+    while True:
+      attempt += 1
+      try:
+        with self._slots:
+          return self._post(prompt)
+      except TeacherUnavailableError as e:
+        raise TeacherUnavailableError(self.url, attempt, e.reason,
+                                      e.status) from None
+      except _Retryable as e:
+        if attempt > self.max_retries:
+          raise TeacherUnavailableError(self.url, attempt, e.reason,
+                                        e.status) from e
+        delay = self.backoff * 2 ** (attempt - 1)
+        if e.retry_after is not None:
+          delay = max(delay, e.retry_after)
+        self._sleep(min(delay, self.max_backoff))
+
+  def complete_many(self, prompts: Sequence[str]) -> list[str | None]:
+    """Sends prompts concurrently (at most `max_concurrency` in flight).
+
+    Args:
+      prompts: user messages.
+
+    Returns:
+      Replies in input order.
+
+    Raises:
+      TeacherUnavailableError: as soon as one prompt fails for good; pending
+        prompts are cancelled and `.partial` holds the replies that arrived
+        (None for the rest).
+    """
+    results: list[str | None] = [None] * len(prompts)
+    if not prompts:
+      return results
+    pool = concurrent.futures.ThreadPoolExecutor(
+        max_workers=min(self.max_concurrency, len(prompts)))
+    try:
+      futures = {pool.submit(self.complete, p): i
+                 for i, p in enumerate(prompts)}
+      error = None
+      for future in concurrent.futures.as_completed(futures):
+        try:
+          results[futures[future]] = future.result()
+        except TeacherUnavailableError as e:
+          if error is None:
+            error = e
+            for f in futures:
+              f.cancel()
+        except concurrent.futures.CancelledError:
+          pass
+      if error is not None:
+        raise error.with_partial(
+            results, [r is not None for r in results]) from error
+      return results
+    finally:
+      pool.shutdown(wait=True, cancel_futures=True)
+
+  def _prompt(self, episode: Episode) -> str:
+    built = skills.build_analysis_prompt(
+        episode, mode=self.mode, max_critical_steps=self.max_critical_steps,
+        max_chars=self.max_prompt_chars)
+    with self._lock:
+      self.steps_cut += built.steps_cut
+    return built.text
+
+  def _parse(self, reply: str, episode: Episode) -> dict[str, Any] | None:
+    k = self.max_critical_steps if self.mode == "episode_step" else 0
+    result = self.stats.record(skills.parse_analysis(
+        reply, num_steps=episode.length, max_step_skills=k))
+    return result.to_dict() if isinstance(result, skills.Analysis) else None
+
+  def annotate(self, episode: Episode) -> dict[str, Any] | None:
+    """Analyzes one episode.
+
+    Args:
+      episode: a finished episode.
+
+    Returns:
+      {"episode_summary": str, "episode_skill": str} (plus "step_skills"
+      {"<step number>": str} in "episode_step" mode when any), or None when
+      the reply never parses (counted in `stats`).
+
+    Raises:
+      TeacherUnavailableError: when the endpoint is down (see `complete`).
+    """
+    return self._parse(self.complete(self._prompt(episode)), episode)
+
+  def annotate_many(self, episodes: Sequence[Episode]
+                    ) -> list[dict[str, Any] | None]:
+    """Analyzes episodes concurrently; unparsed replies give None (counted).
+
+    Args:
+      episodes: finished episodes.
+
+    Returns:
+      One annotation (as `annotate`) or None per episode, in order.
+
+    Raises:
+      TeacherUnavailableError: when the endpoint goes down; `.partial` holds
+        the annotations made so far and `.completed` which episodes got a
+        reply, so a caller can save what was kept and resume with the rest.
+    """
+    prompts = [self._prompt(ep) for ep in episodes]
+    try:
+      replies = self.complete_many(prompts)
+    except TeacherUnavailableError as e:
+      partial = [None if r is None else self._parse(r, ep)
+                 for r, ep in zip(e.partial, episodes)]
+      raise e.with_partial(partial, e.completed) from e
+    return [self._parse(r, ep) for r, ep in zip(replies, episodes)]

@@ -1,0 +1,266 @@
+"""Tests for seed_jax.teacher against a local OpenAI-compatible stub server."""
+
+import contextlib
+import http.server
+import json
+import socket
+import threading
+import time
+
+import pytest
+
+from seed_jax import teacher as teacher_lib
+from seed_jax.episodes import Episode, Step
+from seed_jax.teacher import OpenAITeacher, TeacherUnavailableError
+
+_GOOD = {"episode_summary": "Took the mug.", "episode_skill": "Look first."}
+
+
+class _Stub:
+  """Scripted chat-completions server state, keyed by words in the prompt.
+
+  "FAIL<n>": the first n requests with that prompt answer 500.
+  "GARBAGE": the reply content is not JSON.
+  "BADBODY": the HTTP body is not JSON (every time).
+  "DENY": answers 401.
+  "SLOW": waits 50 ms (to observe concurrency).
+  Otherwise: a fenced JSON analysis.
+  """
+
+  def __init__(self):
+    self.lock = threading.Lock()
+    self.seen: dict[str, int] = {}
+    self.requests: list[dict] = []
+    self.in_flight = self.max_in_flight = 0
+
+
+def _handler(stub):
+
+  class Handler(http.server.BaseHTTPRequestHandler):
+
+    def log_message(self, *args):  # keep test output quiet
+      pass
+
+    def _send(self, code, body):
+      data = body if isinstance(body, bytes) else json.dumps(body).encode()
+      self.send_response(code)
+      self.send_header("Content-Type", "application/json")
+      self.send_header("Content-Length", str(len(data)))
+      self.end_headers()
+      self.wfile.write(data)
+
+    def do_POST(self):
+      body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+      prompt = body["messages"][0]["content"]
+      with stub.lock:
+        stub.requests.append({"path": self.path, "body": body,
+                              "auth": self.headers.get("Authorization")})
+        n = stub.seen[prompt] = stub.seen.get(prompt, 0) + 1
+        stub.in_flight += 1
+        stub.max_in_flight = max(stub.max_in_flight, stub.in_flight)
+      try:
+        if "SLOW" in prompt:
+          time.sleep(0.05)
+        if self.path != "/v1/chat/completions":
+          return self._send(404, {"error": "not found"})
+        for k in range(1, 4):
+          if f"FAIL{k}" in prompt and n <= k:
+            return self._send(500, {"error": "boom"})
+        if "DENY" in prompt:
+          return self._send(401, {"error": "bad key"})
+        if "BADBODY" in prompt:
+          return self._send(200, b"<html>oops</html>")
+        content = ("I am not sure what happened." if "GARBAGE" in prompt
+                   else "Sure:\n```json\n" + json.dumps(_GOOD) + "\n```")
+        return self._send(200, {"choices": [{"message": {
+            "role": "assistant", "content": content}}]})
+      finally:
+        with stub.lock:
+          stub.in_flight -= 1
+
+  return Handler
+
+
+@pytest.fixture(autouse=True)
+def _no_proxy(monkeypatch):
+  # urllib honours proxy variables; the stub server is local.
+  for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY",
+               "all_proxy", "ALL_PROXY"):
+    monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def server():
+  stub = _Stub()
+  httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(stub))
+  httpd.daemon_threads = True
+  thread = threading.Thread(target=httpd.serve_forever, args=(0.01,),
+                            daemon=True)
+  thread.start()
+  stub.base_url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+  try:
+    yield stub
+  finally:
+    httpd.shutdown()
+    httpd.server_close()
+
+
+class _Sleeps(list):
+
+  def __call__(self, seconds):
+    self.append(seconds)
+
+
+def _teacher(base_url, **kw):
+  kw.setdefault("sleep", _Sleeps())
+  kw.setdefault("timeout", 5.0)
+  return OpenAITeacher(base_url, "stub-model", "sk-test", **kw)
+
+
+def _episode(task, n=2):
+  steps = [Step(f"obs {i}", "", f"<action>a{i}</action>", f"a{i}", True)
+           for i in range(1, n + 1)]
+  return Episode("household", task, "clean", 0, steps=steps, success=True)
+
+
+def test_complete_sends_openai_request(server):
+  teacher = _teacher(server.base_url + "/", max_tokens=64)
+  assert "Look first." in teacher.complete("hello")
+  (req,) = server.requests
+  assert req["path"] == "/v1/chat/completions"
+  assert req["auth"] == "Bearer sk-test"
+  assert req["body"] == {
+      "model": "stub-model", "temperature": 0.0, "max_tokens": 64,
+      "messages": [{"role": "user", "content": "hello"}]}
+  assert "sk-test" not in repr(teacher)
+
+
+def test_retries_with_exponential_backoff(server):
+  teacher = _teacher(server.base_url, max_retries=3, backoff=0.5)
+  assert "Look first." in teacher.complete("FAIL3 please")
+  assert teacher._sleep == [0.5, 1.0, 2.0]
+  assert teacher.requests == 4
+
+
+def test_retries_exhausted_names_url(server):
+  teacher = _teacher(server.base_url, max_retries=1)
+  with pytest.raises(TeacherUnavailableError) as info:
+    teacher.complete("FAIL3 please")
+  err = info.value
+  assert (err.attempts, err.status) == (2, 500)
+  assert server.base_url + "/chat/completions" in str(err)
+  assert "HTTP 500" in str(err)
+
+
+def test_client_errors_are_not_retried(server):
+  teacher = _teacher(server.base_url, max_retries=3)
+  with pytest.raises(TeacherUnavailableError, match="HTTP 401") as info:
+    teacher.complete("DENY")
+  assert (info.value.attempts, teacher._sleep) == (1, [])
+  with pytest.raises(TeacherUnavailableError, match="HTTP 404"):
+    OpenAITeacher(server.base_url + "/nope", "m", sleep=_Sleeps()).complete("x")
+
+
+def test_malformed_body_is_retried_then_fails(server):
+  teacher = _teacher(server.base_url, max_retries=2, backoff=1.0)
+  with pytest.raises(TeacherUnavailableError, match="malformed response"):
+    teacher.complete("BADBODY")
+  assert teacher._sleep == [1.0, 2.0]
+
+
+def _closed_port():
+  with contextlib.closing(socket.socket()) as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+def test_down_endpoint_fails_clearly_after_retries():
+  url = f"http://127.0.0.1:{_closed_port()}/v1"
+  sleeps = _Sleeps()
+  teacher = OpenAITeacher(url, "m", sleep=sleeps, max_retries=4, backoff=2.0,
+                          max_backoff=5.0, timeout=2.0)
+  start = time.monotonic()
+  with pytest.raises(TeacherUnavailableError) as info:
+    teacher.annotate(_episode("put a mug in sink"))
+  assert time.monotonic() - start < 5.0
+  assert sleeps == [2.0, 4.0, 5.0, 5.0]
+  err = info.value
+  assert err.attempts == 5 and err.status is None
+  assert str(err).startswith(
+      f"teacher endpoint {url}/chat/completions unavailable after 5 attempts")
+  assert teacher.stats.parsed + teacher.stats.failed == 0
+
+
+def test_config_from_environment(monkeypatch, server):
+  monkeypatch.setenv(teacher_lib.ENV_BASE_URL, server.base_url)
+  monkeypatch.setenv(teacher_lib.ENV_MODEL, "env-model")
+  monkeypatch.setenv(teacher_lib.ENV_API_KEY, "sk-env")
+  teacher = OpenAITeacher(sleep=_Sleeps())
+  teacher.complete("hi")
+  assert server.requests[-1]["body"]["model"] == "env-model"
+  assert server.requests[-1]["auth"] == "Bearer sk-env"
+  OpenAITeacher(api_key="", sleep=_Sleeps()).complete("hi")
+  assert server.requests[-1]["auth"] is None
+
+
+def test_missing_config_is_a_clear_error(monkeypatch):
+  for name in (teacher_lib.ENV_BASE_URL, teacher_lib.ENV_MODEL):
+    monkeypatch.delenv(name, raising=False)
+  with pytest.raises(ValueError, match="SEED_TEACHER_BASE_URL"):
+    OpenAITeacher(model="m")
+  with pytest.raises(ValueError, match="SEED_TEACHER_MODEL"):
+    OpenAITeacher("http://127.0.0.1:1/v1")
+  with pytest.raises(ValueError):
+    OpenAITeacher("http://127.0.0.1:1/v1", "m", max_concurrency=0)
+
+
+def test_annotate_parses_and_counts_failures(server):
+  teacher = _teacher(server.base_url)
+  assert teacher.annotate(_episode("put a mug in sink")) == _GOOD
+  assert teacher.annotate(_episode("GARBAGE task")) is None
+  assert teacher.stats.as_dict() == {"parsed": 1, "failed": 1,
+                                     "parse_rate": 0.5, "failed/no_json": 1}
+  prompt = server.requests[0]["body"]["messages"][0]["content"]
+  assert prompt.startswith(
+      "Analyze the following agent episode and return ONLY valid JSON.")
+  assert "Task: put a mug in sink\nepisode_success: success" in prompt
+
+
+def test_annotate_many_keeps_order_and_limits_concurrency(server):
+  teacher = _teacher(server.base_url, max_concurrency=2, max_prompt_chars=10)
+  tasks = ["SLOW a", "SLOW GARBAGE b", "SLOW FAIL1 c", "SLOW d", "SLOW e",
+           "SLOW GARBAGE f"]
+  got = teacher.annotate_many([_episode(t, n=3) for t in tasks])
+  assert got == [_GOOD, None, _GOOD, _GOOD, _GOOD, None]
+  assert server.max_in_flight == 2
+  assert (teacher.stats.parsed, teacher.stats.failed) == (4, 2)
+  assert teacher.steps_cut == 12  # the budget cut 2 of 3 steps per prompt
+  assert teacher.requests == 7  # one retry
+
+
+def test_complete_many_empty():
+  teacher = OpenAITeacher("http://127.0.0.1:1/v1", "m")
+  assert teacher.complete_many([]) == []
+
+
+def test_annotate_many_returns_partial_results_when_endpoint_fails(server):
+  teacher = _teacher(server.base_url, max_concurrency=1, max_retries=1)
+  tasks = ["a", "GARBAGE b", "FAIL3 c", "FAIL3 d"]  # d may start or not
+  with pytest.raises(TeacherUnavailableError) as info:
+    teacher.annotate_many([_episode(t) for t in tasks])
+  err = info.value
+  assert err.partial == [_GOOD, None, None, None]
+  assert err.completed == [True, True, False, False]
+  assert (err.status, err.attempts) == (500, 2)
+  assert teacher.stats.as_dict()["parsed"] == 1
+
+
+def test_episode_step_mode_returns_step_skills(server, monkeypatch):
+  reply = ('{"episode_summary": "s", "episode_skill": "k", "step_skills": '
+           '{"step 2": "two", "9": "out of range", "1": "one", "3": "three"}}')
+  teacher = _teacher(server.base_url, mode="episode_step",
+                     max_critical_steps=2)
+  monkeypatch.setattr(teacher, "complete", lambda prompt: reply)
+  assert teacher.annotate(_episode("x", n=3)) == {
+      "episode_summary": "s", "episode_skill": "k",
+      "step_skills": {"2": "two", "1": "one"}}
