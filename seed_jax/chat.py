@@ -1,0 +1,57 @@
+"""Chat with a policy: a generation demo on SmolLM2-135M-Instruct (offline).
+
+  python -m seed_jax.chat "Give me three tips for learning to cook."
+  python -m seed_jax.chat --model_dir=/path/to/hf_folder "Hello"
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import jax
+
+from seed_jax import hf
+from seed_jax import sampler
+
+
+def main(argv=None) -> None:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("prompts", nargs="*",
+                      default=["What is reinforcement learning? Answer in "
+                               "two sentences."])
+  parser.add_argument("--model_dir", default=None,
+                      help="a Hugging Face folder; default: the SmolLM2 GGUF")
+  parser.add_argument("--max_new_tokens", type=int, default=64)
+  parser.add_argument("--temperature", type=float, default=0.0,
+                      help="0 for greedy decoding")
+  parser.add_argument("--seed", type=int, default=0)
+  args = parser.parse_args(argv)
+
+  t0 = time.time()
+  if args.model_dir:
+    config, params = hf.load_pretrained(args.model_dir)
+    tok = hf.load_tokenizer(args.model_dir)
+  else:
+    config, params = hf.load_gguf()
+    tok = hf.load_tokenizer()
+  hf.check_vocab(tok, config)
+  print(f"loaded {config.family} ({config.num_layers} layers) in "
+        f"{time.time() - t0:.1f}s", flush=True)
+  texts = [tok.apply_chat_template([{"role": "user", "content": p}],
+                                   tokenize=False, add_generation_prompt=True)
+           for p in args.prompts]
+  method = (sampler.Greedy() if args.temperature <= 0
+            else sampler.Temperature(args.temperature))
+  t0 = time.time()
+  replies = sampler.generate_text(params, config, tok, texts,
+                                  max_new_tokens=args.max_new_tokens,
+                                  sampling=method,
+                                  rng=jax.random.key(args.seed))
+  for p, r in zip(args.prompts, replies):
+    print(f"\n>>> {p}\n{r.strip()}")
+  print(f"\n(generated in {time.time() - t0:.1f}s, compilation included)")
+
+
+if __name__ == "__main__":
+  main()
