@@ -1,0 +1,174 @@
+"""TrainState and the jitted, donated, micro-batched Optax train step."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Mapping
+
+import flax
+import jax
+import jax.numpy as jnp
+import optax
+
+from seed_jax import losses
+from seed_jax import model as model_lib
+from seed_jax import scorer
+
+Batch = Mapping[str, jax.Array]
+Metrics = dict[str, jax.Array]
+
+
+class TrainState(flax.struct.PyTreeNode):
+  """Everything an update changes: parameters, optimizer state, step count."""
+  step: jax.Array  # [] int32, updates applied
+  params: model_lib.Params
+  opt_state: optax.OptState
+
+  @classmethod
+  def create(cls, params, tx: optax.GradientTransformation) -> "TrainState":
+    return cls(step=jnp.zeros((), jnp.int32), params=params,
+               opt_state=tx.init(params))
+
+
+def make_optimizer(learning_rate: float = 1e-6, *, weight_decay: float = 0.01,
+                   grad_clip: float = 1.0, warmup_steps: int = 0,
+                   total_steps: int | None = None, schedule: str = "constant",
+                   b1: float = 0.9, b2: float = 0.999) -> optax.GradientTransformation:
+  """AdamW with global-norm clipping and a constant or cosine schedule.
+
+  Args:
+    learning_rate: peak learning rate.
+    weight_decay: decoupled weight decay.
+    grad_clip: global gradient-norm clip (0 or None to disable).
+    warmup_steps: linear warm-up from 0.
+    total_steps: length of the cosine schedule (required for "cosine").
+    schedule: "constant" or "cosine".
+  """
+  if schedule == "cosine":
+    if not total_steps:
+      raise ValueError("a cosine schedule needs total_steps")
+    lr = optax.warmup_cosine_decay_schedule(
+        0.0, learning_rate, max(warmup_steps, 1), max(total_steps, 2))
+  elif schedule == "constant":
+    lr = (optax.linear_schedule(0.0, learning_rate, warmup_steps)
+          if warmup_steps else learning_rate)
+    if warmup_steps:
+      lr = optax.join_schedules(
+          [lr, optax.constant_schedule(learning_rate)], [warmup_steps])
+  else:
+    raise ValueError(f"unknown schedule {schedule!r}; known: constant, cosine")
+  parts = []
+  if grad_clip:
+    parts.append(optax.clip_by_global_norm(grad_clip))
+  parts.append(optax.adamw(lr, b1=b1, b2=b2, weight_decay=weight_decay))
+  return optax.chain(*parts)
+
+
+def policy_logp(params, batch: Batch, *, config: model_lib.ModelConfig,
+                with_entropy: bool, remat: bool = False, chunk: int = 64):
+  """Current log-probs and entropies [B, R] of the batch's responses."""
+  return scorer.score_tokens(params, batch["prompts"], batch["prompt_mask"],
+                             batch["responses"], batch["response_mask"],
+                             config=config, chunk=chunk,
+                             with_entropy=with_entropy, remat=remat)
+
+
+def rl_loss(params, batch: Batch, *, config, remat=False, chunk=64,
+            **loss_kwargs) -> tuple[jax.Array, Metrics]:
+  """SEED/GRPO loss: one forward feeds PPO, OPD, KL and entropy."""
+  with_entropy = loss_kwargs.get("entropy_coef", 0.001) != 0
+  logp, ent = policy_logp(params, batch, config=config,
+                          with_entropy=with_entropy, remat=remat, chunk=chunk)
+  loss, metrics = losses.seed_loss(logp, ent if with_entropy else None, batch,
+                                   **loss_kwargs)
+  mask = batch["response_mask"]
+  # Agreement between the rollout's and the trainer's log-probs of the same
+  # tokens (before this update both use theta_old).
+  metrics["logp_diff_vs_old"] = losses.token_mean(
+      jnp.abs(jax.lax.stop_gradient(logp) - batch["old_logp"]), mask)
+  return loss, metrics
+
+
+def sft_loss(params, batch: Batch, *, config, remat=False,
+             chunk=64) -> tuple[jax.Array, Metrics]:
+  """Cross-entropy on response tokens only (token mean)."""
+  logp, _ = policy_logp(params, batch, config=config, with_entropy=False,
+                        remat=remat, chunk=chunk)
+  loss = -losses.token_mean(logp, batch["response_mask"])
+  return loss, {"loss": loss}
+
+
+def _split_micro(batch: Batch, n: int) -> Batch:
+  def split(x):
+    if x.shape[0] % n:
+      raise ValueError(f"batch of {x.shape[0]} rows does not split into "
+                       f"{n} micro-batches")
+    return x.reshape((n, x.shape[0] // n) + x.shape[1:])
+  return jax.tree.map(split, batch)
+
+
+def train_step(state: TrainState, batch: Batch, *,
+               tx: optax.GradientTransformation,
+               loss_fn: Callable[..., tuple[jax.Array, Metrics]],
+               num_micro_batches: int = 1) -> tuple[TrainState, Metrics]:
+  """One optimizer update over a (mini-)batch, gradients accumulated.
+
+  Each micro-batch contributes its token-mean loss with equal weight (the
+  gradient is the mean over micro-batches). A non-finite loss or gradient
+  skips the update: parameters and optimizer state stay as they were and
+  `metrics["skipped"]` is 1.
+
+  Args:
+    state: the TrainState (donated by `jit_train_step`).
+    batch: arrays with a leading batch axis.
+    tx: the optimizer.
+    loss_fn: `loss_fn(params, micro_batch) -> (loss, metrics)`.
+    num_micro_batches: gradient-accumulation steps.
+
+  Returns:
+    (new_state, metrics): metrics averaged over micro-batches, plus
+    `grad_norm` and `skipped`.
+  """
+  grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+  micro = _split_micro(batch, num_micro_batches)
+
+  def accumulate(carry, mb):
+    g_sum, m_sum = carry
+    (_, metrics), grads = grad_fn(state.params, mb)
+    g_sum = jax.tree.map(lambda a, g: a + g.astype(jnp.float32), g_sum, grads)
+    m_sum = jax.tree.map(lambda a, m: a + m, m_sum, metrics)
+    return (g_sum, m_sum), None
+
+  zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), state.params)
+  mb0 = jax.tree.map(lambda x: x[0], micro)
+  m_shape = jax.eval_shape(lambda: grad_fn(state.params, mb0)[0][1])
+  m_zero = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), m_shape)
+  (g_sum, m_sum), _ = jax.lax.scan(accumulate, (zeros, m_zero), micro)
+  grads = jax.tree.map(lambda g: g / num_micro_batches, g_sum)
+  metrics = jax.tree.map(lambda m: m / num_micro_batches, m_sum)
+
+  grad_norm = optax.tree.norm(grads)
+  finite = jnp.isfinite(grad_norm) & jnp.isfinite(metrics["loss"])
+  grads = jax.tree.map(lambda g: jnp.where(finite, g, 0.0), grads)
+  updates, new_opt = tx.update(grads, state.opt_state, state.params)
+  new_params = optax.apply_updates(state.params, updates)
+  keep = lambda new, old: jax.tree.map(
+      lambda n, o: jnp.where(finite, n, o), new, old)
+  new_state = state.replace(step=state.step + finite.astype(jnp.int32),
+                            params=keep(new_params, state.params),
+                            opt_state=keep(new_opt, state.opt_state))
+  metrics = dict(metrics, grad_norm=grad_norm,
+                 skipped=1.0 - finite.astype(jnp.float32))
+  return new_state, metrics
+
+
+def jit_train_step(tx, loss_fn, *, num_micro_batches: int = 1,
+                   state_shardings: Any = None, batch_shardings: Any = None):
+  """`train_step` jitted with shardings; the state is donated."""
+  fn = functools.partial(train_step, tx=tx, loss_fn=loss_fn,
+                         num_micro_batches=num_micro_batches)
+  kw: dict[str, Any] = {"donate_argnums": (0,)}
+  if state_shardings is not None:
+    kw["in_shardings"] = (state_shardings, batch_shardings)
+    kw["out_shardings"] = (state_shardings, None)
+  return jax.jit(fn, **kw)

@@ -1,0 +1,86 @@
+"""Train step: accumulation, non-finite skipping, donation, learning."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from seed_jax import model as model_lib
+from seed_jax import scorer
+from seed_jax import testing
+from seed_jax import train_step as ts
+
+
+def _rl_batch(cfg, params, seed=0, B=4, P=6, R=5):
+  rng = np.random.default_rng(seed)
+  prompts = rng.integers(3, cfg.vocab_size, (B, P)).astype(np.int32)
+  pmask = np.ones((B, P), np.int32)
+  pmask[0, :2] = 0
+  resp = rng.integers(3, cfg.vocab_size, (B, R)).astype(np.int32)
+  rmask = np.ones((B, R), np.int32)
+  rmask[1, 3:] = 0
+  old = np.asarray(scorer.score(params, prompts, pmask, resp, rmask,
+                                config=cfg))
+  return {
+      "prompts": prompts, "prompt_mask": pmask, "responses": resp,
+      "response_mask": rmask, "old_logp": old, "ref_logp": old,
+      "skill_logp": old + 0.5, "advantages": np.asarray(
+          [[1.0], [-1.0], [0.5], [-0.5]], np.float32) * np.ones((1, R)),
+      "analyzed": np.asarray([True, False, True, False]),
+  }
+
+
+def test_micro_batches_average_gradients():
+  cfg = testing.tiny_config()
+  params = model_lib.init_params(cfg, jax.random.key(0))
+  batch = _rl_batch(cfg, params)
+  tx = optax.sgd(1.0)
+  loss_fn = functools.partial(ts.rl_loss, config=cfg)
+  step2 = jax.jit(functools.partial(ts.train_step, tx=tx, loss_fn=loss_fn,
+                                    num_micro_batches=2))
+  new, metrics = step2(ts.TrainState.create(params, tx), batch)
+  halves = [jax.tree.map(lambda x: x[i * 2:(i + 1) * 2], batch)
+            for i in range(2)]
+  grads = [jax.jit(jax.grad(lambda p, b: loss_fn(p, b)[0]))(params, h)
+           for h in halves]
+  expect = jax.tree.map(lambda p, a, b: p - (a + b) / 2, params, *grads)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6),
+               new.params, expect)
+  assert int(new.step) == 1 and float(metrics["skipped"]) == 0
+  # Before the update, the trainer's log-probs are the rollout's.
+  assert float(metrics["logp_diff_vs_old"]) < 1e-5
+
+
+def test_non_finite_update_is_skipped():
+  cfg = testing.tiny_config()
+  params = model_lib.init_params(cfg, jax.random.key(0))
+  batch = _rl_batch(cfg, params)
+  batch["advantages"] = batch["advantages"] * np.nan
+  tx = ts.make_optimizer(1e-3)
+  step = ts.jit_train_step(tx, functools.partial(ts.rl_loss, config=cfg))
+  state = ts.TrainState.create(params, tx)
+  before = jax.tree.map(np.asarray, state.params)
+  new, metrics = step(state, batch)
+  assert float(metrics["skipped"]) == 1.0 and int(new.step) == 0
+  jax.tree.map(np.testing.assert_array_equal, jax.tree.map(np.asarray,
+                                                           new.params), before)
+
+
+def test_state_is_donated_and_sft_learns():
+  cfg = testing.tiny_config()
+  params = model_lib.init_params(cfg, jax.random.key(0))
+  batch = _rl_batch(cfg, params)
+  tx = ts.make_optimizer(3e-3, warmup_steps=2, total_steps=30,
+                         schedule="cosine")
+  step = ts.jit_train_step(tx, functools.partial(ts.sft_loss, config=cfg),
+                           num_micro_batches=2)
+  state = ts.TrainState.create(params, tx)
+  old_leaf = state.params["layers"]["q_kernel"]
+  losses = []
+  for _ in range(30):
+    state, m = step(state, batch)
+    losses.append(float(m["loss"]))
+  assert old_leaf.is_deleted()
+  assert losses[-1] < 0.5 * losses[0], losses
