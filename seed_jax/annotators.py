@@ -1,0 +1,211 @@
+"""Rule-based hindsight teacher: episode summary and skill from ground truth.
+
+For the built-in environments the teacher of Stage 1 (DESIGN.md section 1.2)
+can be a set of rules: the environment recorded hidden facts the agent never
+saw (where the object was, which push killed the level), so a failure's
+decisive observation can be named exactly. Output matches the analysis JSON:
+{"episode_summary": ..., "episode_skill": ...}; a success yields a reusable
+workflow, a failure avoidance rules. Deterministic; skills stay short.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from seed_jax.episodes import Episode
+
+MAX_SKILL_CHARS = 300
+_PAST = {"clean": "cleaned", "heat": "heated", "cool": "cooled"}
+_GENERIC_SKILL = ("Answer with exactly one admissible action inside <action> "
+                  "</action> and keep track of what you have already tried.")
+
+
+def _kind(name: str) -> str:
+  return name.rsplit(" ", 1)[0]
+
+
+def _invalid_count(ep: Episode) -> int:
+  return sum(not s.action_valid for s in ep.steps)
+
+
+def _invalid_note(ep: Episode) -> str:
+  """A rule about invalid replies when they made up a third of the episode."""
+  n = _invalid_count(ep)
+  if ep.steps and 3 * n >= len(ep.steps):
+    return (f" {n} of your {len(ep.steps)} actions were invalid; copy one "
+            "admissible action exactly.")
+  return ""
+
+
+def _clip(text: str) -> str:
+  if len(text) <= MAX_SKILL_CHARS:
+    return text
+  return text[:MAX_SKILL_CHARS - 3].rstrip() + "..."
+
+
+def annotate(episode: Episode) -> dict[str, str]:
+  """Writes the hindsight analysis of one episode.
+
+  Args:
+    episode: a finished episode with `ground_truth` from its environment.
+
+  Returns:
+    {"episode_summary": str, "episode_skill": str}. Example (household clean
+    task, failure): {"episode_summary": "Failure after 30 steps on 'put a
+    clean mug in coffeemachine': the mug was never found.",
+    "episode_skill": "The mug was in cabinet 3, which you never checked; visit
+    unexplored cabinets before revisiting places."}
+
+  Raises:
+    ValueError: an environment without rules.
+  """
+  if episode.env_name not in _RULES:
+    raise ValueError(f"no annotation rules for {episode.env_name!r}; known: "
+                     f"{sorted(_RULES)}")
+  if not episode.ground_truth:  # e.g. the environment raised before the end
+    outcome = "Success" if episode.success else "Failure"
+    note = f" (environment error: {episode.error})" if episode.error else ""
+    return {"episode_summary": f"{outcome} after {episode.length} steps on "
+                               f"'{episode.task}'{note}.",
+            "episode_skill": _GENERIC_SKILL}
+  summary, skill = _RULES[episode.env_name](episode, episode.ground_truth)
+  return {"episode_summary": summary, "episode_skill": _clip(skill)}
+
+
+# -- household -------------------------------------------------------------------
+
+
+def _household(ep: Episode, gt: dict[str, Any]) -> tuple[str, str]:
+  fam, t, target = gt["family"], gt["object_type"], gt["target_type"]
+  start = gt["start_locations"]
+  taken = [o for o in gt["taken"] if _kind(o) == t]
+  first = taken[0] if taken else sorted(start)[0]
+  where = start.get(first) or next(iter(start.values()))
+  opened = f"open {where}, " if where in gt["closed_at_start"] else ""
+  head = f"{ep.length} steps on '{ep.task}'"
+  if ep.success:
+    find = (f"find the {t} (check {_kind(where)}s first; here it was in "
+            f"{where}), {opened}take it")
+    if fam == "look_at_in_light":
+      skill = (f"To look at an object under the lamp: {find}, go to "
+               f"{gt['lamp_location']} where desklamp 1 stands and use the "
+               "desklamp while holding it.")
+    elif fam == "pick_two":
+      skill = (f"To place two objects: {find}, move it to a {target}, then "
+               f"find a second {t} and move it to the same {target}.")
+    else:
+      process = ""
+      if fam in _PAST:
+        process = f", go to {gt['appliance']} and {fam} it"
+      skill = (f"To {ep.task}: {find}{process}, then go to the {target} and "
+               "move it there.")
+    return f"Success in {head}.", skill
+  rest, skill = _household_failure(ep, gt, taken, where)
+  return f"Failure after {head}: {rest}", skill
+
+
+def _household_failure(ep: Episode, gt: dict[str, Any], taken: list[str],
+                       where: str) -> tuple[str, str]:
+  """The decisive missed fact, from the earliest stage the agent missed.
+
+  Returns:
+    (rest of the summary, skill).
+  """
+  fam, t, target = gt["family"], gt["object_type"], gt["target_type"]
+  note = _invalid_note(ep)
+  if not taken:
+    if where not in gt["visited"]:
+      closed = " (closed)" if where in gt["closed_at_start"] else ""
+      return (f"the {t} was never found.",
+              f"The {t} was in {where}{closed}, which you never checked; "
+              f"visit unexplored {_kind(where)}s before revisiting places."
+              + note)
+    if where in gt["closed_at_start"] and where not in gt["opened"]:
+      return (f"the {t} was never found.",
+              f"The {t} was in {where}, which you reached but never opened; "
+              "open closed receptacles to look inside before moving on."
+              + note)
+    return (f"the {t} was seen but never taken.",
+            f"You saw the {t} in {where} but never took it; take the {t} as "
+            "soon as you see it." + note)
+  if fam in _PAST:
+    appliance = gt["appliance"]
+    done = [u for u in gt["used"] if u == f"{fam} {appliance}"]
+    wrong = [u for u in gt["used"] if u.split(" ", 1)[0] in _PAST
+             and u != f"{fam} {appliance}"]
+    if wrong and not done:
+      other = _kind(wrong[0].split(" ", 1)[1])
+      return (f"the {t} was taken to the wrong appliance.",
+              f"A {fam} task needs {appliance}, not the {other}; {fam} the "
+              f"{t} with {appliance} before placing it." + note)
+    if not done:
+      return (f"the {t} was never {_PAST[fam]}.",
+              f"You took the {t} but never {_PAST[fam]} it; go to "
+              f"{appliance} and {fam} it there before placing it." + note)
+  if fam == "look_at_in_light":
+    return ("the object was never examined under the lamp.",
+            f"The desklamp 1 is on {gt['lamp_location']}; carry the {t} there "
+            "and use the desklamp 1 while holding it." + note)
+  placed = [r for o, r in gt["moved"] if _kind(o) == t and _kind(r) == target]
+  if fam == "pick_two" and placed:
+    others = sorted(r for o, r in gt["start_locations"].items()
+                    if o not in taken)
+    hint = f"; another {t} was in {others[0]}" if others else ""
+    return (f"only one {t} reached the {target}.",
+            f"You placed one {t} in {placed[0]}{hint}. Put two {t}s in the "
+            f"same {target}, one trip each." + note)
+  return (f"the {t} never reached the {target}.",
+          f"You had the {t} but never moved it to a {target}; go to "
+          f"{gt['target_receptacles'][0]} (open it if closed) and move the "
+          f"{t} there." + note)
+
+
+# -- sokoban -----------------------------------------------------------------------
+
+
+def _runs(actions: list[str]) -> str:
+  """Run-length text of a move list: ["up", "up", "left"] -> "up x2, left"."""
+  runs: list[list[Any]] = []
+  for a in actions:
+    if runs and runs[-1][0] == a:
+      runs[-1][1] += 1
+    else:
+      runs.append([a, 1])
+  return ", ".join(a if n == 1 else f"{a} x{n}" for a, n in runs)
+
+
+def _sokoban(ep: Episode, gt: dict[str, Any]) -> tuple[str, str]:
+  n, best = ep.length, gt["solution_length"]
+  head = f"{n} steps on '{ep.task}'"
+  plan = f"The shortest plan here is {_runs(gt['solution'])}."
+  if ep.success:
+    return (f"Success in {head} (shortest solution {best}).",
+            "Walk to the side of the box opposite its target, push it "
+            "straight toward the target, and never push a box into a corner "
+            f"that is not a target. {plan}")
+  k = gt["first_unsolvable_step"]
+  if k is not None:
+    kind = gt["deadlock_kind"]
+    r, c = gt["box"]
+    spot = {"corner": "into a corner", "wall": "against a wall"}.get(
+        kind, "into a stuck position")
+    rule = {"corner": "Never push a box into a corner that is not a target.",
+            "wall": "Never push a box against a wall unless a target lies "
+                    "along that wall."}.get(
+                        kind, "Never push a box where it cannot reach a "
+                              "target.")
+    return (f"Failure after {head}: step {k + 1} ({gt['first_unsolvable_action']}) "
+            "made the level unsolvable.",
+            f"Step {k + 1} ({gt['first_unsolvable_action']}) pushed the box "
+            f"{spot} at row {r + 1}, column {c + 1}, off any target, and the "
+            f"level became unsolvable. {rule}")
+  if 3 * _invalid_count(ep) >= max(n, 1):
+    return (f"Failure after {head}: most replies had no valid action.",
+            "Answer with exactly one of up, down, left, right inside <action> "
+            f"</action>; this level needs only {best} moves.")
+  return (f"Failure after {head}: the level stayed solvable but time ran out.",
+          "Walk behind the box on the side opposite its target and push it "
+          f"straight there instead of wandering. {plan}")
+
+
+_RULES = {"household": _household, "sokoban": _sokoban}

@@ -1,0 +1,421 @@
+"""household: an ALFWorld-style text game, generated from a seed, with an expert.
+
+Observations and actions use ALFWorld's wording:
+
+  You are in the middle of a room. Looking quickly around you, you see a
+  cabinet 1, a countertop 1, a fridge 1, and a sinkbasin 1.
+
+  Your task is to: put a clean mug in coffeemachine.
+
+Actions: "go to X", "open X", "close X", "take O from R", "move O to R" (also
+"put O in/on R"), "clean O with sinkbasin 1", "heat O with microwave 1",
+"cool O with fridge 1", "use desklamp 1", "examine X", "look", "inventory".
+Reward 10 on success; the episode ends on success or after max_steps steps.
+Task generation and the seen/unseen rule live in household_world.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from typing import Any
+
+from seed_jax.envs import household_world as hw
+
+LAMP = "desklamp 1"
+_PUT = re.compile(r"^put (.+?) (?:in/on|in|on) (.+)$")
+
+
+def _listing(things: list[str]) -> str:
+  """ALFWorld's list wording: "a apple 1, and a mug 2" (articles as ALFWorld)."""
+  if not things:
+    return "nothing"
+  items = [f"a {t}" for t in things]
+  if len(items) == 1:
+    return items[0]
+  return ", ".join(items[:-1]) + ", and " + items[-1]
+
+
+class HouseholdEnv:
+  """An ALFWorld-style household task; see the module docstring.
+
+  Args:
+    split: "train"/"eval_seen" draw seen tasks, "eval_unseen" unseen ones.
+    max_steps: steps before the episode is cut (the paper uses 30).
+    families: task families to draw from (default: all six).
+  """
+
+  name = "household"
+  no_op = "look"
+
+  def __init__(self, *, split: str = "train", max_steps: int = 30,
+               families: tuple[str, ...] = hw.FAMILIES) -> None:
+    for f in families:
+      if f not in hw.FAMILIES:
+        raise ValueError(f"unknown family {f!r}; known: {hw.FAMILIES}")
+    self.unseen = split == "eval_unseen"
+    self.max_steps = max_steps
+    self.families = tuple(families)
+    self.world: hw.World | None = None
+    self.steps = 0
+    self.done = False
+    self._admissible: list[str] = []
+
+  # -- protocol ---------------------------------------------------------------
+
+  @property
+  def task(self) -> str:
+    """The task, e.g. "put a clean mug in coffeemachine"; "" before reset."""
+    return self.world.task if self.world else ""
+
+  @property
+  def family(self) -> str:
+    return self.world.family if self.world else ""
+
+  @property
+  def admissible_actions(self) -> list[str]:
+    """The actions the env accepts now (as in the last info)."""
+    return list(self._admissible)
+
+  @property
+  def _w(self) -> hw.World:
+    if self.world is None:
+      raise RuntimeError("call reset(seed) first")
+    return self.world
+
+  def reset(self, seed: int) -> tuple[str, dict[str, Any]]:
+    """Generates the task of `seed`; returns (observation, info)."""
+    return self.reset_to(
+        hw.generate(seed, unseen=self.unseen, families=self.families))
+
+  def reset_to(self, world: hw.World) -> tuple[str, dict[str, Any]]:
+    """Starts from a given (e.g. hand-built) world; returns (obs, info)."""
+    self.world = world
+    self._start = world.copy()  # for ground_truth()
+    self.steps = 0
+    self.done = False
+    obs = f"{self._room_view()}\n\nYour task is to: {world.task}."
+    return obs, self._info(valid=True)
+
+  def step(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
+    """Applies one text action; invalid ones answer "Nothing happens."."""
+    w = self._w
+    if self.done:
+      return "Nothing happens.", 0.0, True, self._info(valid=False)
+    action = " ".join(str(action).lower().split())
+    self.steps += 1
+    obs, valid = self._apply(action)
+    won = w.goal_met()
+    self.done = won or self.steps >= self.max_steps
+    return obs, 10.0 if won else 0.0, self.done, self._info(valid=valid)
+
+  def ground_truth(self) -> dict[str, Any]:
+    """Hidden facts: where the goal objects started, what the agent did.
+
+    Returns:
+      dict with family, object_type, target_type, room, start_locations
+      (goal object -> receptacle at reset), closed_at_start, appliance,
+      lamp_location, expert_length (expert steps from the start), and the
+      agent's visited / opened / taken / used / moved ([object, receptacle])
+      lists and final holding.
+    """
+    w, start = self._w, self._start
+    goal = start.instances(start.obj_type)
+    return {
+        "family": w.family, "object_type": w.obj_type,
+        "target_type": w.target_type, "room": w.room, "layout": w.layout,
+        "start_locations": {o: start.where(o) for o in goal},
+        "closed_at_start": sorted(start.closed, key=hw.name_key),
+        "appliance": (f"{hw.APPLIANCE[w.family]} 1"
+                      if w.family in hw.APPLIANCE else None),
+        "lamp_location": w.lamp_at,
+        "target_receptacles": [r for r in w.receptacles
+                               if hw.kind(r) == w.target_type],
+        "expert_length": len(_plan(start, None)),
+        "visited": list(w.visited), "opened": list(w.opened),
+        "taken": list(w.taken), "used": list(w.used),
+        "moved": [list(m) for m in w.moved], "holding": w.holding,
+        "won": w.goal_met(),
+    }
+
+  # -- observations -----------------------------------------------------------
+
+  def _room_view(self) -> str:
+    return ("You are in the middle of a room. Looking quickly around you, you "
+            f"see {_listing(self._w.receptacles)}.")
+
+  def _visible(self, r: str) -> list[str]:
+    w = self._w
+    return ([LAMP] if w.lamp_at == r else []) + w.contents[r]
+
+  def _describe(self, r: str) -> str:
+    """What is seen at a receptacle: "On the desk 1, you see ..."."""
+    if r in self._w.closed:
+      return f"The {r} is closed."
+    seen = _listing(self._visible(r))
+    if hw.kind(r) in hw.OPENABLE:
+      return f"The {r} is open. In it, you see {seen}."
+    return f"On the {r}, you see {seen}."
+
+  def _info(self, *, valid: bool) -> dict[str, Any]:
+    self._admissible = [] if self.done else self._admissible_actions()
+    return {"won": self._w.goal_met(), "admissible_actions": self._admissible,
+            "action_valid": valid, "task": self.task, "family": self.family}
+
+  def _admissible_actions(self) -> list[str]:
+    w = self._w
+    acts = [f"go to {r}" for r in w.receptacles if r != w.location]
+    acts += ["inventory", "look"]
+    here, held = w.location, w.holding
+    if held:
+      acts.append(f"examine {held}")
+    if here:
+      acts.append(f"examine {here}")
+      if hw.kind(here) in hw.OPENABLE:
+        acts.append(f"close {here}" if here not in w.closed else f"open {here}")
+      if here not in w.closed:
+        if held:
+          acts.append(f"move {held} to {here}")
+        else:
+          acts += [f"take {o} from {here}" for o in w.contents[here]]
+      if held:
+        for family, appliance in hw.APPLIANCE.items():
+          if hw.kind(here) == appliance:
+            acts.append(f"{family} {held} with {here}")
+      if w.lamp_at == here:
+        acts.append(f"use {LAMP}")
+    return sorted(acts)
+
+  # -- dynamics ---------------------------------------------------------------
+
+  def _apply(self, action: str) -> tuple[str, bool]:
+    """Executes an action; returns (observation, valid)."""
+    w = self._w
+    put = _PUT.match(action)
+    if action not in self._admissible and put:
+      alias = f"move {put.group(1)} to {put.group(2)}"
+      if alias in self._admissible:
+        self._apply(alias)
+        return f"You put the {put.group(1)} in/on the {put.group(2)}.", True
+    if action not in self._admissible:
+      return "Nothing happens.", False
+    verb, _, rest = action.partition(" ")
+    if verb == "go":
+      r = rest[len("to "):]
+      w.location = r
+      w.visited.append(r)
+      return f"You arrive at {r}. {self._describe(r)}", True
+    if verb == "open":
+      w.closed.discard(rest)
+      w.opened.append(rest)
+      seen = _listing(self._visible(rest))
+      return f"You open the {rest}. The {rest} is open. In it, you see {seen}.", True
+    if verb == "close":
+      w.closed.add(rest)
+      return f"You close the {rest}.", True
+    if verb == "take":
+      obj, _, r = rest.partition(" from ")
+      w.contents[r].remove(obj)
+      w.holding = obj
+      w.taken.append(obj)
+      return f"You pick up the {obj} from the {r}.", True
+    if verb == "move":
+      obj, _, r = rest.partition(" to ")
+      w.contents[r].append(obj)
+      w.holding = None
+      w.moved.append((obj, r))
+      return f"You move the {obj} to the {r}.", True
+    if verb in hw.APPLIANCE:
+      obj, _, r = rest.partition(" with ")
+      w.states[hw.PROCESSED[verb]].add(obj)
+      w.used.append(f"{verb} {r}")
+      return f"You {verb} the {obj} using the {r}.", True
+    if verb == "use":
+      w.lamp_on = True
+      w.used.append(f"use {rest}")
+      return f"You turn on the {rest}.", True
+    if verb == "examine":
+      if rest == w.holding:
+        return f"There's nothing special about {rest}.", True
+      return self._describe(rest), True
+    if action == "inventory":
+      if w.holding:
+        return f"You are carrying: a {w.holding}.", True
+      return "You are not carrying anything.", True
+    if w.location is None:  # look
+      return self._room_view(), True
+    return (f"You are facing the {w.location}. Next to it, you see "
+            "nothing."), True
+
+
+# -- expert ---------------------------------------------------------------------
+
+
+class _Plan:
+  """A simulated agent state the expert extends with actions."""
+
+  def __init__(self, w: hw.World) -> None:
+    self.w = w
+    self.at = w.location
+    self.held = w.holding
+    self.closed = set(w.closed)
+    self.moved: dict[str, str] = {}  # object -> receptacle, planned moves
+    self.actions: list[str] = []
+
+  def go(self, r: str) -> None:
+    if self.at != r:
+      self.actions.append(f"go to {r}")
+      self.at = r
+
+  def open_here(self) -> None:
+    if self.at in self.closed:
+      self.actions.append(f"open {self.at}")
+      self.closed.discard(self.at)
+
+  def take(self, obj: str, r: str) -> None:
+    self.go(r)
+    self.open_here()
+    self.actions.append(f"take {obj} from {r}")
+    self.held = obj
+
+  def put(self, r: str) -> None:
+    self.go(r)
+    self.open_here()
+    self.actions.append(f"move {self.held} to {r}")
+    self.moved[self.held] = r
+    self.held = None
+
+
+def _search_order(w: hw.World) -> list[str]:
+  """Where to look for the goal object: its usual places first, open surfaces
+  before containers, then everywhere else."""
+  places = hw.PLACES[w.obj_type]
+
+  def rank(r: str) -> tuple[bool, bool, int, tuple[str, int]]:
+    t = hw.kind(r)
+    return (t not in places, t in hw.OPENABLE,
+            places.index(t) if t in places else 0, hw.name_key(r))
+
+  return sorted(w.receptacles, key=rank)
+
+
+def _plan(w: hw.World, known: set[str] | None,
+          order: list[str] | None = None) -> list[str]:
+  """Actions that finish the task from the current state.
+
+  Args:
+    w: the world (read, never changed).
+    known: receptacles whose contents the planner may use; None reads all
+      hidden state. With a set, the plan stops at the next exploration step
+      when no known receptacle holds what is needed.
+    order: search order of receptacles (default: _search_order).
+
+  Returns:
+    The planned actions; empty when the goal is met.
+  """
+  if w.goal_met():
+    return []
+  p = _Plan(w)
+  t, fam = w.obj_type, w.family
+  if p.held and hw.kind(p.held) != t:
+    p.put(p.at if p.at is not None else next(
+        r for r in w.receptacles if hw.kind(r) not in hw.OPENABLE))
+  if fam == "pick_two":
+    targets = [r for r in w.receptacles if hw.kind(r) == w.target_type]
+    target = max(targets, key=lambda r: sum(hw.kind(o) == t
+                                            for o in w.contents[r]))
+    have = sum(hw.kind(o) == t for o in w.contents[target])
+    if p.held:
+      p.put(target)
+      have += 1
+    for _ in range(max(0, 2 - have)):
+      spare = [o for o in w.instances(t)
+               if w.where(o) not in (None, target) and o not in p.moved]
+      if not _fetch(p, spare, known, order):
+        return p.actions
+      p.put(target)
+    return p.actions
+  need = hw.PROCESSED.get(fam)
+  if p.held is None:
+    pool = [o for o in w.instances(t) if w.where(o) is not None]
+    pool.sort(key=lambda o: need is None or o not in w.states[need])
+    if not _fetch(p, pool, known, order):
+      return p.actions
+  if need and p.held not in w.states[need]:
+    appliance = f"{hw.APPLIANCE[fam]} 1"
+    p.go(appliance)
+    p.actions.append(f"{fam} {p.held} with {appliance}")
+  if fam == "look_at_in_light":
+    p.go(w.lamp_at)
+    if not w.lamp_on:
+      p.actions.append(f"use {LAMP}")
+    return p.actions
+  p.put(next(r for r in w.receptacles if hw.kind(r) == w.target_type))
+  return p.actions
+
+
+def _fetch(p: _Plan, candidates: list[str], known: set[str] | None,
+           order: list[str] | None) -> bool:
+  """Plans taking the first candidate whose place is known (all are known
+  when peeking); otherwise plans the next search step and returns False."""
+  w = p.w
+  usable = [o for o in candidates if known is None or w.where(o) in known]
+  if usable:
+    p.take(usable[0], w.where(usable[0]))
+    return True
+  if known is None:
+    return False
+  for r in order or _search_order(w):
+    if r not in known:
+      p.go(r)
+      p.open_here()
+      return False
+  return False
+
+
+def expert_actions(env: HouseholdEnv) -> list[str]:
+  """The expert's full action sequence from the env's current state.
+
+  Reads hidden state, so it goes straight to the goal objects.
+  """
+  if env.world is None:
+    raise RuntimeError("call reset(seed) first")
+  return _plan(env.world, None)
+
+
+class ExpertPlanner:
+  """Acts in a HouseholdEnv; `act()` returns the next action.
+
+  Args:
+    env: the environment (reset already).
+    peek: read hidden state (solves every task); False searches receptacles in
+      a fixed order and uses only what it has seen, like a fair demonstrator.
+    noise: probability of a random admissible action instead (an imperfect
+      expert for warm-start demonstrations).
+    shuffle_search: with peek=False, search receptacles in a random order
+      instead of the likely places first (another kind of imperfection).
+    seed: seed of the noise and the shuffle.
+  """
+
+  def __init__(self, env: HouseholdEnv, *, peek: bool = True,
+               noise: float = 0.0, shuffle_search: bool = False,
+               seed: int = 0) -> None:
+    self.env = env
+    self.peek = peek
+    self.noise = noise
+    self.rng = random.Random(seed)
+    self.known: set[str] = set()
+    self.order = None
+    if shuffle_search and env.world is not None:
+      self.order = list(env.world.receptacles)
+      self.rng.shuffle(self.order)
+
+  def act(self) -> str:
+    w = self.env.world
+    if w.location is not None and w.location not in w.closed:
+      self.known.add(w.location)
+    admissible = self.env.admissible_actions
+    if self.noise and self.rng.random() < self.noise and admissible:
+      return self.rng.choice(admissible)
+    plan = _plan(w, None if self.peek else self.known, self.order)
+    return plan[0] if plan else self.env.no_op

@@ -1,0 +1,185 @@
+"""Tests for the rule-based hindsight annotator."""
+
+import pytest
+
+from seed_jax import annotators
+from seed_jax import envs
+from seed_jax.envs import household
+from seed_jax.envs import household_world as hw
+from seed_jax.episodes import Episode
+from seed_jax.episodes import Step
+
+
+def _episode(env, seed, actions, *, reset=True):
+  """Plays `actions` (until done) and records the episode."""
+  obs = env.reset(seed)[0] if reset else env.render_text()
+  ep = Episode(env_name=env.name, task=env.task, family=env.family, seed=seed)
+  for action in actions:
+    new_obs, reward, done, info = env.step(action)
+    ep.steps.append(Step(observation=obs, prompt="", response="",
+                         action=action, action_valid=info["action_valid"],
+                         reward=reward, done=done))
+    ep.episode_return += reward
+    obs = new_obs
+    if done:
+      break
+  ep.success = info["won"]
+  ep.ground_truth = env.ground_truth()
+  return ep
+
+
+def _household(family, max_steps=30):
+  return household.HouseholdEnv(families=(family,), max_steps=max_steps)
+
+
+def _seed_where(family, test):
+  """First train seed whose generated world passes `test`."""
+  return next(s for s in range(500)
+              if test(hw.generate(s, families=(family,))))
+
+
+def _start(world):
+  return world.where(world.instances(world.obj_type)[0])
+
+
+def _fetch_prefix(env):
+  plan = household.expert_actions(env)
+  n = next(i for i, a in enumerate(plan) if a.startswith("take "))
+  return plan[:n + 1]
+
+
+@pytest.mark.parametrize("family", hw.FAMILIES)
+def test_success_gives_a_workflow(family):
+  env = _household(family)
+  env.reset(1)
+  ep = _episode(env, 1, household.expert_actions(env))
+  out = annotators.annotate(ep)
+  assert set(out) == {"episode_summary", "episode_skill"}
+  assert out["episode_summary"].startswith("Success in")
+  skill = out["episode_skill"]
+  assert 0 < len(skill) <= annotators.MAX_SKILL_CHARS
+  assert ep.ground_truth["object_type"] in skill
+  appliance = {"clean": "sinkbasin 1", "heat": "microwave 1",
+               "cool": "fridge 1", "look_at_in_light": "desklamp"}
+  assert appliance.get(family, "move it") in skill
+
+
+def test_object_never_checked():
+  env = _household("clean", max_steps=3)
+  ep = _episode(env, 0, ["look"] * 3)
+  truth = ep.ground_truth
+  where = next(iter(truth["start_locations"].values()))
+  out = annotators.annotate(ep)
+  assert out["episode_summary"].startswith("Failure after 3 steps")
+  assert out["episode_skill"].startswith(
+      f"The {truth['object_type']} was in {where}")
+  assert "which you never checked" in out["episode_skill"]
+
+
+def test_closed_receptacle_never_opened():
+  seed = _seed_where("pick", lambda w: _start(w) in w.closed)
+  where = _start(hw.generate(seed, families=("pick",)))
+  ep = _episode(_household("pick", max_steps=3), seed,
+                [f"go to {where}", "look", "look"])
+  skill = annotators.annotate(ep)["episode_skill"]
+  assert f"was in {where}, which you reached but never opened" in skill
+
+
+def test_seen_but_not_taken():
+  seed = _seed_where("pick", lambda w: _start(w) not in w.closed)
+  where = _start(hw.generate(seed, families=("pick",)))
+  ep = _episode(_household("pick", max_steps=2), seed, [f"go to {where}",
+                                                         "look"])
+  assert "but never took it" in annotators.annotate(ep)["episode_skill"]
+
+
+def test_wrong_appliance_and_missing_processing():
+  env = _household("cool", max_steps=8)
+  env.reset(2)
+  fetch = _fetch_prefix(env)
+  obj = " ".join(fetch[-1].split()[1:3])  # "take egg 1 from ..."
+  ep = _episode(env, 2, fetch + ["go to microwave 1",
+                                 f"heat {obj} with microwave 1"] + ["look"] * 8)
+  skill = annotators.annotate(ep)["episode_skill"]
+  assert skill.startswith("A cool task needs fridge 1, not the microwave")
+  env = _household("clean", max_steps=6)
+  env.reset(2)
+  ep = _episode(env, 2, _fetch_prefix(env) + ["look"] * 6)
+  assert "never cleaned it; go to sinkbasin 1" in annotators.annotate(ep)[
+      "episode_skill"]
+
+
+def test_lamp_and_placement_failures():
+  env = _household("look_at_in_light", max_steps=5)
+  env.reset(3)
+  ep = _episode(env, 3, _fetch_prefix(env) + ["look"] * 5)
+  lamp = ep.ground_truth["lamp_location"]
+  assert (f"The desklamp 1 is on {lamp}; carry the" in
+          annotators.annotate(ep)["episode_skill"])
+  env = _household("pick", max_steps=5)
+  env.reset(3)
+  ep = _episode(env, 3, _fetch_prefix(env) + ["look"] * 5)
+  assert "but never moved it to a" in annotators.annotate(ep)["episode_skill"]
+
+
+def test_pick_two_with_one_placed():
+  env = _household("pick_two", max_steps=30)
+  env.reset(4)
+  plan = household.expert_actions(env)
+  first_move = next(i for i, a in enumerate(plan) if a.startswith("move "))
+  ep = _episode(env, 4, plan[:first_move + 1] + ["look"] * 30)
+  out = annotators.annotate(ep)
+  assert "only one" in out["episode_summary"]
+  assert out["episode_skill"].startswith("You placed one")
+
+
+def test_invalid_actions_are_called_out():
+  ep = _episode(_household("pick", max_steps=4), 0, ["dance"] * 4)
+  assert "4 of your 4 actions were invalid" in annotators.annotate(ep)[
+      "episode_skill"]
+
+
+def test_sokoban_fatal_push():
+  env = envs.make("sokoban")
+  env.load_text("######\n#_XPO#\n#____#\n######")
+  ep = _episode(env, 0, ["down", "up", "left"] + ["right"] * 27, reset=False)
+  out = annotators.annotate(ep)
+  assert out["episode_summary"] == (
+      "Failure after 30 steps on 'push every box (X) onto a target (O)': step "
+      "3 (left) made the level unsolvable.")
+  assert out["episode_skill"] == (
+      "Step 3 (left) pushed the box into a corner at row 2, column 2, off any "
+      "target, and the level became unsolvable. Never push a box into a "
+      "corner that is not a target.")
+
+
+def test_sokoban_success_and_timeout():
+  env = envs.make("sokoban")
+  env.reset(0)
+  ep = _episode(env, 0, list(env.solution))
+  out = annotators.annotate(ep)
+  assert out["episode_summary"].startswith("Success in")
+  assert "The shortest plan here is" in out["episode_skill"]
+  env = envs.make("sokoban", max_steps=4)
+  env.load_text("#######\n#P_X_O#\n#_____#\n#######")
+  ep = _episode(env, 0, ["down", "up", "down", "up"], reset=False)
+  out = annotators.annotate(ep)
+  assert "stayed solvable" in out["episode_summary"]
+  assert out["episode_skill"].endswith("The shortest plan here is right x3.")
+  env.load_text("#######\n#P_X_O#\n#_____#\n#######")
+  ep = _episode(env, 0, ["jump"] * 4, reset=False)
+  assert "exactly one of up, down, left, right" in annotators.annotate(ep)[
+      "episode_skill"]
+
+
+def test_deterministic_and_bad_input():
+  env = _household("heat", max_steps=6)
+  first = annotators.annotate(_episode(env, 5, ["look"] * 6))
+  again = annotators.annotate(_episode(env, 5, ["look"] * 6))
+  assert first == again
+  with pytest.raises(ValueError, match="household"):
+    annotators.annotate(Episode(env_name="webshop", task="t", family="f",
+                                seed=0))
+  out = annotators.annotate(Episode(env_name="household", task="t",
+                                    family="pick", seed=0, error="boom"))
+  assert "boom" in out["episode_summary"] and out["episode_skill"]

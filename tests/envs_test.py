@@ -1,0 +1,206 @@
+"""Tests for the environment registry, protocol and the grouped pool."""
+
+import logging
+import os
+import subprocess
+import sys
+
+import pytest
+
+from seed_jax import envs
+from seed_jax import prompts
+from seed_jax.envs import base
+
+
+class _CountingEnv:
+  """A tiny env: done after `length` steps; raises at step `raise_at`."""
+
+  name = "counting"
+  no_op = "wait"
+
+  def __init__(self, *, split="train", length=3, raise_at=None):
+    self.split = split
+    self.length = length
+    self.raise_at = raise_at
+    self.calls = 0
+
+  task = property(lambda self: "count")
+  family = property(lambda self: "counting")
+
+  def reset(self, seed):
+    self.seed, self.t = seed, 0
+    return f"seed {seed}", self._info(True)
+
+  def step(self, action):
+    self.calls += 1
+    self.t += 1
+    if self.raise_at is not None and self.t == self.raise_at:
+      raise RuntimeError("boom")
+    won = self.t >= self.length
+    return f"t={self.t}", float(won), won, self._info(action == "tick")
+
+  def _info(self, valid):
+    return {"won": self.t >= self.length, "admissible_actions": ["tick"],
+            "action_valid": valid}
+
+  def ground_truth(self):
+    return {}
+
+
+def test_registry_names_and_make():
+  assert {"household", "sokoban"} <= set(envs.names())
+  for name in ("household", "sokoban"):
+    env = envs.make(name)
+    assert isinstance(env, envs.Env)
+    assert env.name == name
+    assert env.no_op == prompts.NO_OPS[name]
+
+
+def test_unknown_name_lists_known_ones():
+  with pytest.raises(ValueError) as e:
+    envs.make("webshop")
+  assert "webshop" in str(e.value)
+  for name in envs.names():
+    assert name in str(e.value)
+
+
+def test_register_new_and_duplicate(monkeypatch):
+  monkeypatch.setattr(envs, "_REGISTRY", dict(envs._REGISTRY))
+  envs.register("counting", _CountingEnv)
+  assert "counting" in envs.names()
+  assert envs.make("counting", length=5).length == 5
+  with pytest.raises(ValueError, match="already registered"):
+    envs.register("counting", _CountingEnv)
+  with pytest.raises(ValueError, match="no expert"):
+    envs.make_expert(envs.make("counting"))
+
+
+def test_splits_are_disjoint_and_seeds_checked():
+  ranges = list(base.SPLITS.values())
+  for i, a in enumerate(ranges):
+    for b in ranges[i + 1:]:
+      assert a.stop <= b.start or b.stop <= a.start
+  assert envs.split_seeds("eval_seen", 2) == [1_000_000, 1_000_001]
+  with pytest.raises(ValueError, match="unknown split"):
+    envs.split_seeds("test", 1)
+  pool = envs.EnvPool("sokoban", num_groups=1, group_size=2, split="eval_seen")
+  with pytest.raises(ValueError, match="outside split"):
+    pool.reset([5])  # a training seed
+  with pytest.raises(ValueError, match="expected 1 group seeds"):
+    pool.reset([1_000_000, 1_000_001])
+
+
+def test_pool_groups_share_a_task():
+  pool = envs.EnvPool("household", num_groups=3, group_size=4)
+  obs, infos = pool.reset([0, 1, 2])
+  assert len(obs) == len(infos) == 12
+  for g in range(3):
+    members = range(4 * g, 4 * g + 4)
+    assert {obs[i] for i in members} == {obs[4 * g]}
+    assert {pool.members[i].task for i in members} == {pool.members[4 * g].task}
+    assert all(pool.group_of(i) == g and pool.seeds[i] == g for i in members)
+  assert len({obs[0], obs[4], obs[8]}) == 3
+
+
+def test_pool_default_seeds_advance_through_the_split():
+  pool = envs.EnvPool("sokoban", num_groups=2, group_size=1,
+                      split="eval_unseen")
+  pool.reset()
+  assert pool.seeds == [2_000_000, 2_000_001]
+  pool.reset()
+  assert pool.seeds == [2_000_002, 2_000_003]
+
+
+def test_pool_steps_only_members_not_done():
+  lengths = iter([1, 3])
+  pool = envs.EnvPool(lambda **kw: _CountingEnv(length=next(lengths), **kw),
+                      num_groups=1, group_size=2)
+  pool.reset([0])
+  _, rewards, dones, _ = pool.step(["tick", "tick"])
+  assert dones == [True, False] and rewards == [1.0, 0.0]
+  assert pool.active() == [1]
+  obs, rewards, dones, infos = pool.step([None, "tick"])
+  assert pool.members[0].calls == 1 and pool.members[1].calls == 2
+  assert obs[0] == "t=1" and rewards[0] == 0.0 and infos[0]["won"]
+  pool.step([None, "tock"])
+  assert pool.dones == [True, True] and pool.won == [True, True]
+  assert pool.returns == [1.0, 1.0]
+
+
+def test_env_raising_mid_episode_ends_only_that_episode(caplog):
+  flags = iter([None, 2, None])
+  pool = envs.EnvPool(
+      lambda **kw: _CountingEnv(length=3, raise_at=next(flags), **kw),
+      num_groups=1, group_size=3)
+  pool.reset([7])
+  pool.step(["tick"] * 3)
+  with caplog.at_level(logging.WARNING):
+    obs, rewards, dones, infos = pool.step(["tick"] * 3)
+  assert dones == [False, True, False]
+  assert "RuntimeError: boom" in infos[1]["error"]
+  assert infos[1]["won"] is False and infos[1]["action_valid"] is False
+  assert pool.num_errors == 1 and pool.errors[1] == infos[1]["error"]
+  assert "boom" in caplog.text
+  _, _, dones, _ = pool.step(["tick"] * 3)
+  assert dones == [True, True, True]
+  assert pool.won == [True, False, True]
+
+
+@pytest.mark.parametrize("name,penalty", [("household", 0.0),
+                                          ("sokoban", -0.1)])
+def test_invalid_action_is_an_invalid_step(name, penalty):
+  env = envs.make(name, max_steps=5)
+  obs, info = env.reset(3)
+  assert set(info) >= {"won", "admissible_actions", "action_valid"}
+  for bad in ("fly to the moon", "", "take everything", "UP UP"):
+    obs, reward, done, info = env.step(bad)
+    assert info["action_valid"] is False
+    assert reward == pytest.approx(penalty)
+    assert not info["won"]
+  obs, reward, done, info = env.step(env.no_op)
+  assert done  # the fifth step hits max_steps
+
+
+@pytest.mark.parametrize("name", ["household", "sokoban"])
+def test_same_seed_same_episode(name):
+  runs = []
+  for _ in range(2):
+    env = envs.make(name)
+    obs, _ = env.reset(11)
+    expert = envs.make_expert(env, noise=0.3, seed=4)
+    trace, done = [obs], False
+    while not done:
+      obs, reward, done, info = env.step(expert.act())
+      trace.append((obs, reward, info["admissible_actions"]))
+    runs.append((trace, env.ground_truth()))
+  assert runs[0] == runs[1]
+  env = envs.make(name)
+  assert len({env.reset(seed)[0] for seed in range(10)}) >= 8
+
+
+_DIGEST = """
+import hashlib
+from seed_jax import envs
+trace = []
+for name in ("household", "sokoban"):
+  env = envs.make(name)
+  for seed in range(20):
+    trace.append(env.reset(seed)[0])
+    expert = envs.make_expert(env, noise=0.2, seed=seed)
+    done = False
+    while not done:
+      obs, reward, done, info = env.step(expert.act())
+      trace.append(f"{obs}|{reward}|{info['admissible_actions']}")
+    trace.append(repr(sorted(env.ground_truth().items())))
+print(hashlib.sha256("\\n".join(trace).encode()).hexdigest())
+"""
+
+
+def test_episodes_do_not_depend_on_hash_randomization():
+  digests = set()
+  for hash_seed in ("1", "2"):
+    env = dict(os.environ, PYTHONHASHSEED=hash_seed)
+    digests.add(subprocess.run([sys.executable, "-c", _DIGEST], env=env,
+                               check=True, capture_output=True,
+                               text=True).stdout)
+  assert len(digests) == 1

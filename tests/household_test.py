@@ -1,0 +1,244 @@
+"""Tests for the ALFWorld-style household environment and its expert."""
+
+import itertools
+import re
+
+import pytest
+
+from seed_jax import envs
+from seed_jax.envs import household
+from seed_jax.envs import household_world as hw
+
+
+def _world(**overrides):
+  spec = dict(
+      seed=0, room="kitchen", layout="test", family="clean", obj_type="mug",
+      target_type="coffeemachine",
+      receptacles=["cabinet 1", "coffeemachine 1", "countertop 1", "fridge 1",
+                   "microwave 1", "sinkbasin 1"],
+      contents={"cabinet 1": ["mug 1"], "coffeemachine 1": [],
+                "countertop 1": ["apple 1", "mug 2"], "fridge 1": [],
+                "microwave 1": [], "sinkbasin 1": []},
+      closed={"cabinet 1", "fridge 1", "microwave 1"})
+  spec.update(overrides)
+  return hw.World(**spec)
+
+
+def _play(env, actions):
+  return [env.step(a) for a in actions]
+
+
+def test_wording_of_a_clean_task():
+  env = household.HouseholdEnv()
+  obs, info = env.reset_to(_world())
+  assert obs == (
+      "You are in the middle of a room. Looking quickly around you, you see a "
+      "cabinet 1, a coffeemachine 1, a countertop 1, a fridge 1, a microwave "
+      "1, and a sinkbasin 1.\n\nYour task is to: put a clean mug in "
+      "coffeemachine.")
+  assert env.task == "put a clean mug in coffeemachine"
+  assert info["admissible_actions"] == [
+      "go to cabinet 1", "go to coffeemachine 1", "go to countertop 1",
+      "go to fridge 1", "go to microwave 1", "go to sinkbasin 1", "inventory",
+      "look"]
+  script = [
+      ("inventory", "You are not carrying anything.", True),
+      ("go to countertop 1", "You arrive at countertop 1. On the countertop "
+       "1, you see a apple 1, and a mug 2.", True),
+      ("go to cabinet 1", "You arrive at cabinet 1. The cabinet 1 is closed.",
+       True),
+      ("take mug 1 from cabinet 1", "Nothing happens.", False),
+      ("open cabinet 1", "You open the cabinet 1. The cabinet 1 is open. In "
+       "it, you see a mug 1.", True),
+      ("take mug 1 from cabinet 1", "You pick up the mug 1 from the cabinet "
+       "1.", True),
+      ("inventory", "You are carrying: a mug 1.", True),
+      ("examine mug 1", "There's nothing special about mug 1.", True),
+      ("examine cabinet 1", "The cabinet 1 is open. In it, you see nothing.",
+       True),
+      ("close cabinet 1", "You close the cabinet 1.", True),
+      ("look", "You are facing the cabinet 1. Next to it, you see nothing.",
+       True),
+      ("go to fridge 1", "You arrive at fridge 1. The fridge 1 is closed.",
+       True),
+      ("cool mug 1 with fridge 1", "You cool the mug 1 using the fridge 1.",
+       True),
+      ("go to microwave 1", "You arrive at microwave 1. The microwave 1 is "
+       "closed.", True),
+      ("heat mug 1 with microwave 1", "You heat the mug 1 using the microwave "
+       "1.", True),
+      ("go to sinkbasin 1", "You arrive at sinkbasin 1. On the sinkbasin 1, "
+       "you see nothing.", True),
+      ("clean mug 1 with sinkbasin 1", "You clean the mug 1 using the "
+       "sinkbasin 1.", True),
+      ("go to coffeemachine 1", "You arrive at coffeemachine 1. On the "
+       "coffeemachine 1, you see nothing.", True),
+  ]
+  for action, expected, valid in script:
+    obs, reward, done, info = env.step(action)
+    assert (obs, info["action_valid"]) == (expected, valid), action
+    assert (reward, done, info["won"]) == (0.0, False, False)
+  assert "move mug 1 to coffeemachine 1" in info["admissible_actions"]
+  obs, reward, done, info = env.step("Move  MUG 1 to coffeemachine 1")
+  assert obs == "You move the mug 1 to the coffeemachine 1."
+  assert (reward, done, info["won"], info["admissible_actions"]) == (
+      10.0, True, True, [])
+  truth = env.ground_truth()
+  assert truth["start_locations"] == {"mug 1": "cabinet 1",
+                                      "mug 2": "countertop 1"}
+  assert truth["closed_at_start"] == ["cabinet 1", "fridge 1", "microwave 1"]
+  assert truth["expert_length"] == 7  # open cabinet 1, take, clean, move
+  assert truth["opened"] == ["cabinet 1"] and truth["taken"] == ["mug 1"]
+  assert truth["used"] == ["cool fridge 1", "heat microwave 1",
+                           "clean sinkbasin 1"]
+  assert truth["moved"] == [["mug 1", "coffeemachine 1"]]
+
+
+def test_put_wording_is_accepted():
+  env = household.HouseholdEnv()
+  env.reset_to(_world(family="pick"))
+  _play(env, ["go to countertop 1", "take mug 2 from countertop 1",
+              "go to coffeemachine 1"])
+  obs, reward, done, info = env.step("put mug 2 in/on coffeemachine 1")
+  assert obs == "You put the mug 2 in/on the coffeemachine 1."
+  assert info["action_valid"] and info["won"] and reward == 10.0
+
+
+def test_look_at_in_light():
+  world = _world(room="bedroom", family="look_at_in_light", obj_type="book",
+                 target_type="desklamp", receptacles=["desk 1", "sidetable 1"],
+                 contents={"desk 1": ["book 1"], "sidetable 1": []},
+                 closed=set(), lamp_at="sidetable 1")
+  env = household.HouseholdEnv()
+  env.reset_to(world)
+  assert env.task == "look at book under the desklamp"
+  obs, _, _, info = env.step("go to sidetable 1")
+  assert obs == ("You arrive at sidetable 1. On the sidetable 1, you see a "
+                 "desklamp 1.")
+  assert "use desklamp 1" in info["admissible_actions"]
+  obs, reward, done, info = env.step("use desklamp 1")
+  assert obs == "You turn on the desklamp 1." and not done
+  steps = _play(env, ["go to desk 1", "take book 1 from desk 1",
+                      "go to sidetable 1"])
+  assert steps[-1][1:3] == (10.0, True) and steps[-1][3]["won"]
+
+
+def test_max_steps_ends_the_episode():
+  env = household.HouseholdEnv(max_steps=4)
+  env.reset(0)
+  dones = [env.step("look")[2] for _ in range(4)]
+  assert dones == [False, False, False, True]
+  obs, reward, done, info = env.step("look")
+  assert done and reward == 0.0 and not info["action_valid"]
+
+
+def test_task_wording_per_family():
+  patterns = {
+      "pick": r"put a \w+ (in|on) \w+",
+      "clean": r"put a clean \w+ (in|on) \w+",
+      "heat": r"put a hot \w+ (in|on) \w+",
+      "cool": r"put a cool \w+ (in|on) \w+",
+      "look_at_in_light": r"look at \w+ under the desklamp",
+      "pick_two": r"put two \w+ (in|on) \w+",
+  }
+  env = household.HouseholdEnv()
+  for seed in range(60):
+    obs, info = env.reset(seed)
+    assert re.fullmatch(patterns[env.family], env.task), env.task
+    assert obs.endswith(f"\n\nYour task is to: {env.task}.")
+    assert obs.startswith("You are in the middle of a room. Looking quickly "
+                          "around you, you see a ")
+    assert len(obs) < 700
+    assert info["task"] == env.task and info["family"] == env.family
+  assert env.families == hw.FAMILIES
+
+
+@pytest.mark.parametrize("split", ["train", "eval_unseen"])
+@pytest.mark.parametrize("family", hw.FAMILIES)
+def test_expert_solves_every_task(family, split):
+  env = household.HouseholdEnv(split=split, families=(family,))
+  for seed in envs.split_seeds(split, 200):
+    env.reset(seed)
+    assert env.family == family
+    plan = household.expert_actions(env)
+    for action in plan:
+      obs, reward, done, info = env.step(action)
+      assert info["action_valid"], (seed, action, obs)
+      assert len(obs) < 700
+    assert info["won"] and reward == 10.0, (seed, env.task, plan)
+
+
+def test_fair_and_noisy_experts():
+  env = household.HouseholdEnv()
+  wins = 0
+  for seed in range(120):
+    env.reset(seed)
+    expert = household.ExpertPlanner(env, peek=False)
+    done = False
+    while not done:
+      _, _, done, info = env.step(expert.act())
+    wins += info["won"]
+  assert wins >= 114  # searching without peeking still almost always wins
+  env = household.HouseholdEnv(max_steps=60)
+  wins = 0
+  for seed in range(40):
+    env.reset(seed)
+    expert = household.ExpertPlanner(env, peek=False, shuffle_search=True,
+                                     seed=seed)
+    done = False
+    while not done:
+      _, _, done, info = env.step(expert.act())
+    wins += info["won"]
+  assert wins >= 36
+  env.reset(3)
+  peeking = household.expert_actions(env)
+  noisy = household.ExpertPlanner(env, noise=1.0, seed=1)
+  actions = []
+  for _ in range(6):
+    actions.append(noisy.act())
+    _, _, _, info = env.step(actions[-1])
+    assert info["action_valid"]
+  assert actions != peeking[:6]
+
+
+def test_unseen_split_rule():
+  train = household.HouseholdEnv(split="train")
+  for seed in range(1500):
+    w = hw.generate(seed)
+    assert not hw.combo_is_unseen(w.obj_type, w.target_type)
+    assert not hw.layout_is_unseen(w.layout)
+    assert not w.goal_met()
+  assert train.unseen is False
+  families = set()
+  for seed in envs.split_seeds("eval_unseen", 300):
+    w = hw.generate(seed, unseen=True)
+    assert (w.obj_type, w.target_type) in hw.UNSEEN_COMBOS
+    assert hw.layout_is_unseen(w.layout)
+    families.add(w.family)
+  assert families == set(hw.FAMILIES)
+
+
+def test_every_room_has_seen_and_unseen_layouts():
+  for room, (spec, _) in hw.ROOMS.items():
+    flags = set()
+    for counts in itertools.product(*(range(lo, hi + 1)
+                                      for lo, hi in spec.values())):
+      layout = room + ":" + ",".join(
+          f"{t}={n}" for t, n in zip(spec, counts) if n)
+      flags.add(hw.layout_is_unseen(layout))
+    assert flags == {True, False}, room
+
+
+def test_ground_truth():
+  env = household.HouseholdEnv()
+  env.reset(8)
+  plan = household.expert_actions(env)
+  _play(env, plan)
+  truth = env.ground_truth()
+  assert truth["won"] and truth["expert_length"] == len(plan)
+  assert truth["family"] == env.family
+  assert all(hw.kind(o) == truth["object_type"]
+             for o in truth["start_locations"])
+  assert set(truth["taken"]) <= set(truth["start_locations"])
+  assert truth["visited"] == [a[len("go to "):] for a in plan
+                              if a.startswith("go to ")]
