@@ -1,0 +1,267 @@
+"""Grouped multi-turn rollout: B task groups x N episodes played with the sampler.
+
+`Policy` turns prompt strings into sampled responses (token ids, text and
+temperature-1 log-probs) with one compiled sampler per (row bucket, prompt
+bucket). `rollout` plays an `EnvPool` until every episode is done, sampling
+only for the episodes still running, and returns one `Sample` per
+(trajectory, step) plus the finished `Episode` records.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Callable, Sequence
+
+import jax
+import numpy as np
+
+from seed_jax import episodes as episodes_lib
+from seed_jax import model as model_lib
+from seed_jax import prompts as prompts_lib
+from seed_jax import sampler as sampler_lib
+from seed_jax.envs import base as envs_base
+
+STOP_STRINGS = ("</action>",)
+
+
+@dataclasses.dataclass
+class Generation:
+  """One sampled response."""
+  text: str  # decoded response, cut after the first stop string
+  prompt_ids: list[int]  # the encoded prompt (after any truncation)
+  response_ids: list[int]  # the sampled tokens (stop/EOS token included)
+  logprobs: list[float]  # log p(token) at temperature 1, per response token
+
+
+GenerateFn = Callable[[Sequence[str], jax.Array], list[Generation]]
+
+
+class Policy:
+  """Host-side wrapper around the jitted sampler: strings in, responses out.
+
+  Prompts go through the tokenizer's chat template as one user turn, are
+  left-padded into length buckets, and the number of rows is padded up to a
+  power of two (at least `min_rows`) so the sampler compiles once per
+  (row bucket, prompt bucket).
+  """
+
+  def __init__(self, config: model_lib.ModelConfig, tokenizer, *,
+               max_new_tokens: int, buckets=sampler_lib.DEFAULT_BUCKETS,
+               stop_strings: Sequence[str] = STOP_STRINGS,
+               truncate_prompts: bool = False, min_rows: int = 1,
+               use_chat_template: bool = True):
+    self.config = config
+    self.tokenizer = tokenizer
+    self.max_new_tokens = max_new_tokens
+    self.buckets = tuple(b for b in buckets
+                         if b + max_new_tokens <= config.max_position_embeddings)
+    if not self.buckets:
+      raise ValueError(
+          f"no prompt bucket fits the model's context "
+          f"({config.max_position_embeddings}) with max_new_tokens="
+          f"{max_new_tokens}")
+    self.stop_strings = tuple(stop_strings)
+    self.stop_seqs = sampler_lib.stop_token_sequences(tokenizer, stop_strings)
+    self.truncate_prompts = truncate_prompts
+    self.min_rows = min_rows
+    self.use_chat_template = use_chat_template
+    self.pad_id = (tokenizer.pad_token_id if tokenizer.pad_token_id is not None
+                   else config.pad_token_id or 0)
+    eos = set(config.eos_token_ids)
+    if tokenizer.eos_token_id is not None:
+      eos.add(tokenizer.eos_token_id)
+    self.eos_ids = tuple(sorted(eos))
+    self.prompts_truncated = 0  # counted, never silent
+
+  def encode(self, prompt: str) -> list[int]:
+    """Token ids of one prompt as a user turn (generation prompt appended)."""
+    if self.use_chat_template and self.tokenizer.chat_template:
+      text = self.tokenizer.apply_chat_template(
+          [{"role": "user", "content": prompt}], tokenize=False,
+          add_generation_prompt=True)
+    else:
+      text = prompt
+    return self.tokenizer.encode(text, add_special_tokens=False)
+
+  def _rows(self, n: int) -> int:
+    rows = max(self.min_rows, 1)
+    while rows < n:
+      rows *= 2
+    return rows
+
+  def generate_ids(self, params, prompt_ids: Sequence[Sequence[int]],
+                   rng: jax.Array, sampling: sampler_lib.Sampling,
+                   max_new_tokens: int | None = None
+                   ) -> list[tuple[list[int], list[int], list[float]]]:
+    """Samples for already-encoded prompts -> (prompt, response, logprobs)."""
+    n = len(prompt_ids)
+    if n == 0:
+      return []
+    rows = list(prompt_ids) + [prompt_ids[0]] * (self._rows(n) - n)
+    batch = sampler_lib.pad_left(rows, buckets=self.buckets,
+                                 pad_id=self.pad_id,
+                                 truncate=self.truncate_prompts)
+    if batch.truncated:
+      cut = sum(len(p) > batch.tokens.shape[1] for p in prompt_ids)
+      self.prompts_truncated += cut
+      logging.warning("%d prompt(s) cut on the left to %d tokens", cut,
+                      batch.tokens.shape[1])
+    out = sampler_lib.sample(
+        params, batch.tokens, batch.mask, rng, config=self.config,
+        max_new_tokens=max_new_tokens or self.max_new_tokens,
+        sampling=sampling, eos_ids=self.eos_ids, stop_seqs=self.stop_seqs,
+        pad_id=self.pad_id)
+    tokens, lengths, logprobs = jax.device_get(
+        (out.tokens, out.lengths, out.logprobs))
+    results = []
+    for i in range(n):
+      k = int(lengths[i])
+      kept = batch.tokens[i][batch.mask[i].astype(bool)].tolist()
+      results.append((kept, tokens[i, :k].tolist(),
+                      logprobs[i, :k].astype(float).tolist()))
+    return results
+
+  def decode(self, response_ids: Sequence[int]) -> str:
+    """Response text without special tokens, cut after the first stop string."""
+    text = self.tokenizer.decode(
+        [t for t in response_ids if t not in self.eos_ids],
+        skip_special_tokens=True)
+    for s in self.stop_strings:
+      if s in text:
+        text = text[:text.index(s) + len(s)]
+    return text
+
+  def generate(self, params, prompts: Sequence[str], rng: jax.Array,
+               sampling: sampler_lib.Sampling = sampler_lib.Temperature(1.0),
+               max_new_tokens: int | None = None) -> list[Generation]:
+    """Samples one response per prompt string."""
+    ids = [self.encode(p) for p in prompts]
+    outs = self.generate_ids(params, ids, rng, sampling, max_new_tokens)
+    return [Generation(self.decode(r), p, r, lp) for p, r, lp in outs]
+
+
+@dataclasses.dataclass
+class Sample:
+  """One (trajectory, step) training sample."""
+  prompt: str
+  prompt_ids: list[int]
+  response_ids: list[int]
+  old_logp: list[float]  # the sampler's log-probs of response_ids
+  uid: int  # group id (shared task seed)
+  traj_uid: int  # trajectory id within the batch
+  step: int  # step index within the trajectory
+  observation: str  # raw observation the response answered
+  action_valid: bool
+  reward: float
+  done: bool
+
+
+@dataclasses.dataclass
+class RolloutResult:
+  samples: list[Sample]
+  episodes: list[episodes_lib.Episode]  # traj_uid order
+  env_steps: int  # environment steps taken (all episodes)
+
+
+def rollout(generate: GenerateFn, pool: envs_base.EnvPool, rng: jax.Array, *,
+            env_name: str, max_steps: int, history_length: int = 2,
+            group_seeds: Sequence[int] | None = None,
+            uid_offset: int = 0) -> RolloutResult:
+  """Plays one batch of grouped episodes to the end.
+
+  Args:
+    generate: `generate(prompts, rng) -> list[Generation]` (a Policy's bound
+      `generate` with params and sampling fixed, or a scripted fake).
+    pool: the environments (B groups x N members).
+    rng: PRNG key; split once per step.
+    env_name: selects the prompt builder and projection.
+    max_steps: turn limit per episode (the env may end earlier).
+    history_length: k recent (observation, action) pairs in the prompt.
+    group_seeds: task seeds of the B groups (None: the pool's next seeds).
+    uid_offset: added to group ids, so that uids stay unique across batches.
+
+  Returns:
+    RolloutResult with samples in (step, member) order and one Episode per
+    member; an episode whose environment raised is failed, with `error` set.
+  """
+  observations, infos = pool.reset(group_seeds)
+  n = pool.size
+  eps = []
+  for i, env in enumerate(pool.members):
+    eps.append(episodes_lib.Episode(
+        env_name=env_name, task=getattr(env, "task", ""),
+        family=getattr(env, "family", env_name), seed=pool.seeds[i],
+        uid=uid_offset + pool.group_of(i), traj_uid=i,
+        error=pool.errors[i]))
+  histories: list[list[tuple[str, str]]] = [[] for _ in range(n)]
+  samples: list[Sample] = []
+  env_steps = 0
+  for t in range(max_steps):
+    active = pool.active()
+    if not active:
+      break
+    rng, sub = jax.random.split(rng)
+    prompts = [prompts_lib.build_prompt(
+        env_name, eps[i].task, histories[i], observations[i],
+        infos[i]["admissible_actions"], history_length=history_length)
+               for i in active]
+    gens = generate(prompts, sub)
+    actions: list[str | None] = [None] * n
+    valid = {}
+    for i, prompt, gen in zip(active, prompts, gens):
+      action, ok = prompts_lib.project(env_name, gen.text,
+                                       infos[i]["admissible_actions"])
+      actions[i] = action
+      valid[i] = ok
+    new_obs, rewards, dones, new_infos = pool.step(actions)
+    env_steps += len(active)
+    for i, prompt, gen in zip(active, prompts, gens):
+      # A step is valid only if the reply projected and the env accepted it.
+      ok = valid[i] and bool(new_infos[i].get("action_valid", True))
+      last = dones[i] or t == max_steps - 1
+      samples.append(Sample(
+          prompt=prompt, prompt_ids=gen.prompt_ids,
+          response_ids=gen.response_ids, old_logp=gen.logprobs,
+          uid=eps[i].uid, traj_uid=i, step=t, observation=observations[i],
+          action_valid=ok, reward=rewards[i], done=last))
+      eps[i].steps.append(episodes_lib.Step(
+          observation=observations[i], prompt=prompt, response=gen.text,
+          action=actions[i], action_valid=ok, reward=rewards[i], done=last))
+      histories[i].append((observations[i], actions[i]))
+    observations, infos = new_obs, new_infos
+  for i, env in enumerate(pool.members):
+    ep = eps[i]
+    ep.success = bool(pool.won[i])
+    ep.episode_return = float(pool.returns[i])
+    ep.error = pool.errors[i]
+    if ep.error is None:
+      try:
+        ep.ground_truth = dict(env.ground_truth())
+      except Exception as e:  # pylint: disable=broad-except
+        logging.warning("ground_truth() of member %d raised %s", i, e)
+  return RolloutResult(samples=samples, episodes=eps, env_steps=env_steps)
+
+
+def pad_samples(samples: Sequence[Sample], *, pad_id: int,
+                prompt_buckets=sampler_lib.DEFAULT_BUCKETS,
+                response_len: int | None = None) -> dict[str, np.ndarray]:
+  """Packs samples into arrays: left-padded prompts, right-padded responses.
+
+  Returns:
+    prompts/prompt_mask [S, P] int32; responses/response_mask [S, R] int32;
+    old_logp [S, R] float32.
+  """
+  p = sampler_lib.pad_left([s.prompt_ids for s in samples],
+                           buckets=prompt_buckets, pad_id=pad_id)
+  R = response_len or max(len(s.response_ids) for s in samples)
+  resp = np.full((len(samples), R), pad_id, np.int32)
+  rmask = np.zeros((len(samples), R), np.int32)
+  old = np.zeros((len(samples), R), np.float32)
+  for i, s in enumerate(samples):
+    k = min(len(s.response_ids), R)
+    resp[i, :k] = s.response_ids[:k]
+    rmask[i, :k] = 1
+    old[i, :k] = s.old_logp[:k]
+  return {"prompts": p.tokens, "prompt_mask": p.mask, "responses": resp,
+          "response_mask": rmask, "old_logp": old}

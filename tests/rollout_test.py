@@ -1,0 +1,121 @@
+"""Rollout: a scripted policy yields exactly the expected samples; the real
+sampler's log-probs agree with the scorer."""
+
+import jax
+import numpy as np
+
+from seed_jax import envs
+from seed_jax import model as model_lib
+from seed_jax import rollout
+from seed_jax import sampler
+from seed_jax import scorer
+from seed_jax import testing
+from seed_jax import tokenizer as tokenizer_lib
+from seed_jax.envs import base
+
+
+def _scripted(pool, bad_members=()):
+  """Experts for every member but `bad_members`, which answer without tags."""
+  experts = {}
+  calls = []
+
+  def generate(prompts, rng):
+    del rng
+    active = pool.active()
+    assert len(active) == len(prompts)
+    out = []
+    for i in active:
+      if i not in experts:
+        experts[i] = envs.make_expert(pool.members[i])
+      if i in bad_members:
+        text = "I will just look around"
+      else:
+        text = f"<think>plan</think><action>{experts[i].act()}</action>"
+      out.append(rollout.Generation(text, [7, i], [9, i, 1], [-0.5, -0.25,
+                                                             -0.125]))
+    calls.append(len(prompts))
+    return out
+
+  return generate, calls
+
+
+def test_scripted_rollout_samples():
+  pool = base.EnvPool("household", num_groups=2, group_size=2, max_steps=12)
+  generate, calls = _scripted(pool, bad_members=(3,))
+  res = rollout.rollout(generate, pool, jax.random.key(0),
+                        env_name="household", max_steps=12, group_seeds=[3, 8],
+                        uid_offset=10)
+  eps = res.episodes
+  assert [e.uid for e in eps] == [10, 10, 11, 11]
+  assert [e.traj_uid for e in eps] == [0, 1, 2, 3]
+  assert [e.success for e in eps] == [True, True, True, False]
+  assert eps[0].length == eps[1].length  # same task, same expert
+  assert eps[3].length == 12 and not any(s.action_valid for s in eps[3].steps)
+  assert all(s.action == "look" for s in eps[3].steps)
+  # Finished episodes stop costing compute: fewer prompts as they end.
+  assert calls[0] == 4 and calls[-1] == 1 and sorted(calls, reverse=True) == calls
+  assert len(res.samples) == sum(e.length for e in eps) == sum(calls)
+  assert res.env_steps == len(res.samples)
+  by_traj = {}
+  for s in res.samples:
+    by_traj.setdefault(s.traj_uid, []).append(s)
+  for i, e in enumerate(eps):
+    got = by_traj[i]
+    assert [s.step for s in got] == list(range(e.length))
+    assert [s.done for s in got] == [False] * (e.length - 1) + [True]
+    assert all(s.uid == e.uid and s.response_ids == [9, i, 1] for s in got)
+    assert [s.observation for s in got] == [st.observation for st in e.steps]
+    assert sum(s.reward for s in got) == e.episode_return
+  assert eps[0].episode_return == 10.0 and eps[0].ground_truth
+  # The pad helper keeps responses aligned and masks.
+  arrays = rollout.pad_samples(res.samples, pad_id=0, prompt_buckets=(4,))
+  assert arrays["prompts"].shape == (len(res.samples), 4)
+  assert (arrays["response_mask"].sum(1) == 3).all()
+  np.testing.assert_allclose(arrays["old_logp"][0], [-0.5, -0.25, -0.125])
+
+
+def test_env_error_mid_episode_fails_only_that_episode():
+  pool = base.EnvPool("household", num_groups=1, group_size=2, max_steps=10)
+  generate, _ = _scripted(pool)
+  original = pool.members[1].step
+  count = {"n": 0}
+
+  def flaky(action):
+    count["n"] += 1
+    if count["n"] == 2:
+      raise RuntimeError("engine crashed")
+    return original(action)
+
+  pool.members[1].step = flaky
+  res = rollout.rollout(generate, pool, jax.random.key(0),
+                        env_name="household", max_steps=10, group_seeds=[5])
+  assert res.episodes[0].success and res.episodes[0].error is None
+  assert not res.episodes[1].success
+  assert "engine crashed" in res.episodes[1].error
+  assert pool.num_errors == 1
+
+
+def test_policy_rollout_logprobs_match_scorer():
+  pool = base.EnvPool("sokoban", num_groups=1, group_size=2, max_steps=3)
+  obs, infos = pool.reset([1])
+  first = rollout.prompts_lib.build_prompt(
+      "sokoban", pool.members[0].task, [], obs[0],
+      infos[0]["admissible_actions"])
+  corpus = [first, "<think>push</think><action>up</action>"] * 5
+  tok = tokenizer_lib.train_tokenizer(corpus, vocab_size=400)
+  cfg = testing.tiny_config(vocab_size=len(tok), max_position_embeddings=1024,
+                            eos_token_ids=(tok.eos_token_id,))
+  params = model_lib.init_params(cfg, jax.random.key(0))
+  policy = rollout.Policy(cfg, tok, max_new_tokens=8, buckets=(256, 512),
+                          min_rows=2)
+  gen = lambda p, r: policy.generate(params, p, r, sampler.Temperature(1.0))
+  res = rollout.rollout(gen, pool, jax.random.key(1), env_name="sokoban",
+                        max_steps=2, group_seeds=[1])
+  assert len(res.samples) == 4
+  assert all(not s.action_valid for s in res.samples)  # random model
+  arrays = rollout.pad_samples(res.samples, pad_id=tok.pad_token_id,
+                               prompt_buckets=(256, 512), response_len=8)
+  lp = scorer.score(params, arrays["prompts"], arrays["prompt_mask"],
+                    arrays["responses"], arrays["response_mask"], config=cfg)
+  diff = np.abs(np.asarray(lp) - arrays["old_logp"]).max()
+  assert diff < 1e-4, diff
