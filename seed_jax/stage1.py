@@ -1,0 +1,603 @@
+"""Stage 1 (DESIGN.md §1.2): hindsight-analysis records, their dataset, SFT.
+
+collect_records (rollouts + annotator) -> write_dataset (TFDS, array_record,
+train/validation) -> read_dataset (random access, a grain source) -> sft
+(analysis prompt -> analysis JSON; reports loss, parse rate, agreement).
+"""
+
+from __future__ import annotations
+
+import collections
+import collections.abc
+import functools
+import json
+import logging
+import os
+import re
+import tempfile
+import time
+from typing import Any, Callable, Mapping, Sequence
+
+from etils import epath
+import jax
+import jax.numpy as jnp
+import numpy as np
+import orbax.checkpoint as ocp
+import tensorflow_datasets as tfds
+
+from seed_jax import rollout as rollout_lib
+from seed_jax import sampler as sampler_lib
+from seed_jax import skills
+from seed_jax import teacher as teacher_lib
+from seed_jax import train_step as train_step_lib
+from seed_jax.envs import base as envs_base
+from seed_jax.episodes import Episode
+
+DATASET_NAME = "seed_stage1"
+FIELDS = ("prompt", "response", "task", "family", "success")
+Record = dict[str, Any]  # FIELDS: four str and success (bool)
+Reply = Mapping[str, Any] | str | skills.Analysis | None
+
+# -- records ------------------------------------------------------------------
+
+
+class CollectionInterrupted(teacher_lib.TeacherUnavailableError):
+  """The teacher went down during `collect_records`.
+
+  Attributes (besides TeacherUnavailableError's): `records` kept so far (the
+  interrupted batch's answered episodes included), for `write_dataset`;
+  `stats` so far; `tasks_done`, the task groups fully annotated (resume with
+  `task_offset=task_offset + tasks_done`).
+  """
+
+  def __init__(self, cause: teacher_lib.TeacherUnavailableError,
+               records: list[Record], stats: dict[str, Any], tasks_done: int):
+    super().__init__(cause.url, cause.attempts, cause.reason, cause.status,
+                     cause.partial, cause.completed)
+    self.records, self.stats, self.tasks_done = records, stats, tasks_done
+    self.args = (f"{cause}; kept {len(records)} record(s) after {tasks_done} "
+                 "fully annotated task group(s): write `.records` with "
+                 "write_dataset and resume from `.tasks_done`",)
+
+
+def _annotate(annotator, episodes: Sequence[Episode]) -> list[Reply]:
+  """Replies of a batch (`annotate_many`) or per-episode annotator; raises
+  TeacherUnavailableError with `.partial`/`.completed` over `episodes`."""
+  if hasattr(annotator, "annotate_many"):
+    return list(annotator.annotate_many(episodes))
+  replies: list[Reply] = []
+  for ep in episodes:
+    try:
+      replies.append(annotator(ep))
+    except teacher_lib.TeacherUnavailableError as e:
+      rest = len(episodes) - len(replies)
+      raise e.with_partial(replies + [None] * rest,
+                           [True] * len(replies) + [False] * rest) from e
+  return replies
+
+
+def _analysis(reply: Reply, *, num_steps: int,
+              max_step_skills: int) -> skills.Analysis | skills.ParseError:
+  """An annotator reply (dict, text, Analysis or None) through the parser."""
+  if isinstance(reply, skills.Analysis):
+    return reply
+  if reply is None:
+    return skills.ParseError("no_reply", "the annotator gave no analysis")
+  if isinstance(reply, Mapping):
+    reply = json.dumps(dict(reply), ensure_ascii=False, default=str)
+  return skills.parse_analysis(reply, num_steps=num_steps,
+                               max_step_skills=max_step_skills)
+
+
+def collect_records(
+    generate: rollout_lib.GenerateFn, env_name: str, *, num_tasks: int,
+    group_size: int, max_steps: int, annotator: Any, rng: jax.Array,
+    history_length: int = 2, mode: str = "episode_only",
+    max_critical_steps: int = 3, max_prompt_chars: int | None = None,
+    tasks_per_batch: int | None = None, task_offset: int = 0,
+    pool_factory: Callable[..., envs_base.EnvPool] = envs_base.EnvPool,
+) -> tuple[list[Record], dict[str, Any]]:
+  """Rolls out on training tasks and keeps the parseable annotated episodes.
+
+  Each episode's prompt is `skills.build_analysis_prompt` (the one RL's
+  self-analysis uses, byte for byte); its response is the annotator's reply
+  parsed by `skills.parse_analysis` and re-serialized canonically
+  (`Analysis.to_json`, e.g. '{"episode_summary": "...", "episode_skill":
+  "..."}'). A reply that does not parse, or has an empty skill, is counted
+  (`failed/<reason>` in the stats) and skipped.
+
+  Args:
+    generate: `generate(prompts, rng) -> list[Generation]`, e.g.
+      `lambda p, r: policy.generate(params, p, r, sampler.Temperature(1.0))`.
+    env_name, num_tasks, group_size, max_steps: the environment, the task
+      groups (train-split seeds), N episodes per task, the turn limit.
+    annotator: `annotator(episode) -> dict | str | None` (e.g.
+      `annotators.annotate`, `OpenAITeacher.annotate`), or an object with
+      `annotate_many(episodes) -> list` (e.g. an `OpenAITeacher`).
+    rng: PRNG key of the rollouts.
+    history_length: k (observation, action) pairs in rollout prompts.
+    mode, max_critical_steps, max_prompt_chars: of the analysis prompt (as
+      `skills.build_analysis_prompt`; RL must use the same).
+    tasks_per_batch: task groups rolled out and annotated at once (None:
+      all); with a teacher, a smaller batch loses less when it goes down.
+    task_offset: first train-split seed index, to resume a collection.
+    pool_factory: builds the EnvPool of a batch, called as
+      `pool_factory(env_name, num_groups=, group_size=, split="train",
+      max_steps=)`.
+
+  Returns:
+    (records, stats): records (dicts with FIELDS) in episode order; stats:
+    tasks, episodes, successes, env_steps, steps_cut (in kept prompts),
+    records, parsed, failed, parse_rate and failed/<reason>.
+
+  Raises:
+    CollectionInterrupted: when the teacher is unavailable after its
+      retries; `.records` holds what was kept so far, for the caller to write.
+    ValueError: on an unknown mode or non-positive sizes.
+  """
+  if mode not in skills.MODES:
+    raise ValueError(f"unknown analysis mode {mode!r}; expected {skills.MODES}")
+  if num_tasks < 1 or group_size < 1 or (tasks_per_batch or 1) < 1:
+    raise ValueError("num_tasks, group_size and tasks_per_batch must be >= 1")
+  k = max_critical_steps if mode == "episode_step" else 0
+  per_batch = tasks_per_batch or num_tasks
+  seeds = envs_base.split_seeds("train", num_tasks, start=task_offset)
+  records: list[Record] = []
+  parse = skills.ParseStats()
+  counts = collections.Counter(dict.fromkeys(
+      ("tasks", "episodes", "successes", "env_steps", "steps_cut"), 0))
+
+  def stats() -> dict[str, Any]:
+    return dict(counts, records=len(records), **parse.as_dict())
+
+  for start in range(0, num_tasks, per_batch):
+    chunk = seeds[start:start + per_batch]
+    rng, sub = jax.random.split(rng)
+    pool = pool_factory(env_name, num_groups=len(chunk), group_size=group_size,
+                        split="train", max_steps=max_steps)
+    result = rollout_lib.rollout(
+        generate, pool, sub, env_name=env_name, max_steps=max_steps,
+        history_length=history_length, group_seeds=chunk,
+        uid_offset=task_offset + start)
+    eps = result.episodes
+    counts.update(tasks=len(chunk), episodes=len(eps),
+                  env_steps=result.env_steps,
+                  successes=sum(bool(e.success) for e in eps))
+    error, answered = None, [True] * len(eps)
+    try:
+      replies = _annotate(annotator, eps)
+    except teacher_lib.TeacherUnavailableError as e:
+      error = e
+      replies = list(e.partial or [None] * len(eps))
+      answered = list(e.completed or [r is not None for r in replies])
+    for ep, reply, ok in zip(eps, replies, answered):
+      if not ok:  # never answered: neither kept nor counted as unparsed
+        continue
+      prompt = skills.build_analysis_prompt(
+          ep, mode=mode, max_critical_steps=max_critical_steps,
+          max_chars=max_prompt_chars)
+      analysis = parse.record(_analysis(reply, num_steps=ep.length,
+                                        max_step_skills=k))
+      if not isinstance(analysis, skills.Analysis):
+        continue
+      counts["steps_cut"] += prompt.steps_cut
+      records.append(dict(prompt=prompt.text, response=analysis.to_json(),
+                          task=ep.task, family=ep.family,
+                          success=bool(ep.success)))
+    if error is not None:
+      raise CollectionInterrupted(error, records, stats(), start) from error
+    logging.info("stage1: %d/%d task groups collected, %d records",
+                 start + len(chunk), num_tasks, len(records))
+  return records, stats()
+
+
+# -- dataset ------------------------------------------------------------------
+
+
+def _features() -> tfds.features.FeaturesDict:
+  text = tfds.features.Text
+  return tfds.features.FeaturesDict(dict(
+      prompt=text(), response=text(), task=text(), family=text(),
+      success=tfds.features.Scalar(dtype=np.bool_)))
+
+
+class _Builder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
+  """Writes given examples per split; nothing is downloaded."""
+  VERSION = tfds.core.Version("1.0.0")
+  RELEASE_NOTES = {"1.0.0": "Stage-1 analysis records."}
+  # No checksums file to look up beside the code: the data is generated here
+  # (and tfds 4.9's lookup needs importlib_resources on Python >= 3.9).
+  code_path = None
+
+  def __init__(self, *, name: str, splits: Mapping[str, list[Record]],
+               **kwargs):
+    self.name = name
+    self._splits = splits
+    super().__init__(**kwargs)
+
+  def _info(self) -> tfds.core.DatasetInfo:
+    return tfds.core.DatasetInfo(
+        builder=self, features=_features(), disable_shuffling=True,
+        description="SEED Stage-1 records: analysis prompt -> analysis JSON.")
+
+  def _split_generators(self, dl_manager):
+    del dl_manager
+    return {s: self._generate_examples(r) for s, r in self._splits.items()}
+
+  def _generate_examples(self, records):
+    for i, r in enumerate(records):
+      yield i, {f: bool(r[f]) if f == "success" else str(r[f]) for f in FIELDS}
+
+
+def split_records(records: Sequence[Record], *, validation_fraction: float,
+                  seed: int) -> tuple[list[Record], list[Record]]:
+  """Deterministic train/validation split by task.
+
+  Whole tasks (one task text, in an order drawn from `seed`) join validation
+  until it holds round(n * fraction) records (at least one, never all), so
+  validation scores analyses of unseen tasks; with a single task, records
+  are split instead. Each split keeps the input order.
+
+  Returns:
+    (train, validation).
+  """
+  n = len(records)
+  if validation_fraction <= 0 or n < 2:
+    return list(records), []
+  target = min(max(round(n * validation_fraction), 1), n - 1)
+  groups: dict[str, list[int]] = {}
+  for i, r in enumerate(records):
+    groups.setdefault(r["task"], []).append(i)
+  order = np.random.default_rng(seed).permutation(len(groups))
+  members = list(groups.values())
+  if len(members) < 2:
+    members = [[i] for i in range(n)]
+    order = np.random.default_rng(seed).permutation(n)
+  val: list[int] = []
+  for g in order:
+    if len(val) >= target:
+      break
+    if len(val) + len(members[g]) < n:  # train keeps at least one record
+      val.extend(members[g])
+  chosen = set(val)
+  return ([r for i, r in enumerate(records) if i not in chosen],
+          [r for i, r in enumerate(records) if i in chosen])
+
+
+def write_dataset(records: Sequence[Record], data_dir: epath.PathLike, *,
+                  name: str = DATASET_NAME, validation_fraction: float = 0.1,
+                  seed: int = 0, overwrite: bool = False
+                  ) -> tfds.core.DatasetInfo:
+  """Writes records as a TFDS dataset (array_record; train/validation).
+
+  Files go to `<data_dir>/<name>/1.0.0/` through a temporary folder renamed
+  when complete; an empty validation split (one record, or fraction 0) is
+  not written. Read back with `read_dataset`, `tfds.data_source(name,
+  split=..., data_dir=data_dir)` or `tfds.builder_from_directory(...)`.
+
+  Args:
+    records: dicts with FIELDS (from `collect_records`).
+    data_dir: the TFDS data directory.
+    name: the dataset name.
+    validation_fraction, seed: of `split_records` (same inputs, same split).
+    overwrite: replace an existing dataset of this name and version.
+
+  Returns:
+    The dataset's DatasetInfo (`.splits["train"].num_examples`, ...).
+
+  Raises:
+    ValueError: no records ("no parseable records"), a missing field, or a
+      fraction outside [0, 1).
+    FileExistsError: the dataset exists and `overwrite` is False.
+  """
+  records = list(records)
+  if not records:
+    raise ValueError("no parseable records to write: every annotator reply "
+                     "failed to parse or none was collected")
+  for i, r in enumerate(records):
+    missing = [f for f in FIELDS if f not in r]
+    if missing:
+      raise ValueError(f"record {i} lacks field(s) {missing}")
+  if not 0 <= validation_fraction < 1:
+    raise ValueError(f"validation_fraction must be in [0, 1): "
+                     f"{validation_fraction}")
+  train, val = split_records(records, validation_fraction=validation_fraction,
+                             seed=seed)
+  splits = {"train": train, "validation": val}
+  make = functools.partial(
+      _Builder, name=name, splits={k: v for k, v in splits.items() if v},
+      data_dir=os.fspath(data_dir), file_format="array_record")
+  builder = make()
+  if builder.is_prepared():
+    if not overwrite:
+      raise FileExistsError(f"{builder.data_dir} already holds dataset "
+                            f"{name!r}; pass overwrite=True to replace it")
+    epath.Path(builder.data_dir).rmtree()
+    builder = make()
+  with tempfile.TemporaryDirectory() as downloads:  # tfds wants one; unused
+    builder.download_and_prepare(download_dir=downloads)
+  logging.info("stage1: wrote %d train / %d validation records to %s",
+               len(train), len(val), builder.data_dir)
+  return builder.info
+
+
+class RecordSource(collections.abc.Sequence):
+  """A split as a random-access sequence of records (text fields as str); a
+  grain RandomAccessDataSource, e.g. `grain.MapDataset.source(source)`."""
+
+  def __init__(self, source):
+    self._source = source
+
+  def __len__(self) -> int:
+    return len(self._source)
+
+  def __getitem__(self, index: int) -> Record:
+    if not -len(self) <= index < len(self):
+      raise IndexError(f"record {index} of {len(self)}")
+    ex = self._source[index % len(self)]
+    return {f: bool(ex[f]) if f == "success" else
+            ex[f].decode("utf-8") if isinstance(ex[f], bytes) else str(ex[f])
+            for f in FIELDS}
+
+
+def read_dataset(data_dir: epath.PathLike, split: str, *,
+                 name: str = DATASET_NAME) -> RecordSource:
+  """Opens one split written by `write_dataset` (tfds data source, no TF).
+
+  Args:
+    data_dir: the TFDS data directory given to `write_dataset`.
+    split: "train" or "validation" (any TFDS split expression).
+    name: the dataset name.
+
+  Returns:
+    A RecordSource.
+  """
+  return RecordSource(tfds.data_source(name, split=split,
+                                       data_dir=os.fspath(data_dir)))
+
+
+# -- SFT ----------------------------------------------------------------------
+
+Example = tuple[list[int], list[int], Record]  # prompt ids, response ids, record
+
+
+def skill_f1(prediction: str, reference: str) -> float:
+  """Token-overlap F1 of two skills over lowercased words (SQuAD style).
+
+  Example: ("Open the fridge first.", "open the fridge") -> 6/7 (0.857).
+  """
+  p, r = (re.findall(r"[a-z0-9]+", t.lower()) for t in (prediction, reference))
+  common = sum((collections.Counter(p) & collections.Counter(r)).values())
+  if not common:
+    return float(p == r)
+  precision, recall = common / len(p), common / len(r)
+  return 2 * precision * recall / (precision + recall)
+
+
+def _policy(config, tokenizer, buckets, response_len_max, batch_size):
+  return rollout_lib.Policy(config, tokenizer, max_new_tokens=response_len_max,
+                            buckets=buckets, stop_strings=(),
+                            min_rows=batch_size)
+
+
+def _encode(records: Sequence[Record], policy: rollout_lib.Policy,
+            response_len_max: int, counts: collections.Counter
+            ) -> list[Example]:
+  """The prompt as a user turn (as in RL), the response plus EOS; records
+  that do not fit are counted in `counts` and left out."""
+  eos = policy.tokenizer.eos_token_id
+  eos = policy.eos_ids[0] if eos is None else eos
+  out = []
+  for r in records:
+    p = policy.encode(r["prompt"])
+    y = policy.tokenizer.encode(r["response"], add_special_tokens=False)
+    if len(p) > max(policy.buckets):
+      counts["skipped/prompt_too_long"] += 1
+    elif len(y) + 1 > response_len_max:
+      counts["skipped/response_too_long"] += 1
+    else:
+      out.append((p, y + [eos], r))
+  return out
+
+
+def _batches(examples: Sequence[Example], batch_size: int, buckets,
+             rng: np.random.Generator | None = None) -> list[list[int]]:
+  """Row indices per batch, each batch inside one prompt bucket (so jit
+  compiles once per bucket); rows and batches shuffled when `rng` is given."""
+  by_bucket = collections.defaultdict(list)
+  for i, (p, _, _) in enumerate(examples):
+    by_bucket[min(b for b in buckets if b >= len(p))].append(i)
+  batches = []
+  for _, rows in sorted(by_bucket.items()):
+    if rng is not None:
+      rows = rng.permutation(rows).tolist()
+    batches += [rows[k:k + batch_size] for k in range(0, len(rows), batch_size)]
+  if rng is not None:
+    batches = [batches[j] for j in rng.permutation(len(batches))]
+  return batches
+
+
+def _pack(examples: Sequence[Example], rows: Sequence[int], *, batch_size: int,
+          buckets, pad_id: int, response_len: int) -> dict[str, np.ndarray]:
+  """One batch's arrays; a short batch repeats a row with an empty response
+  mask, so every batch has the same shape."""
+  full = list(rows) + [rows[0]] * (batch_size - len(rows))
+  p = sampler_lib.pad_left([examples[i][0] for i in full], buckets=buckets,
+                           pad_id=pad_id)
+  resp = np.full((batch_size, response_len), pad_id, np.int32)  # [B, R]
+  mask = np.zeros((batch_size, response_len), np.int32)  # [B, R]
+  for j, i in enumerate(full):
+    y = examples[i][1]
+    resp[j, :len(y)] = y
+    mask[j, :len(y)] = j < len(rows)
+  return dict(prompts=p.tokens, prompt_mask=p.mask, responses=resp,
+              response_mask=mask)
+
+
+@functools.partial(jax.jit, static_argnames="config")
+def _nll(params, batch, *, config):
+  """Summed response-token negative log-likelihood and token count."""
+  logp, _ = train_step_lib.policy_logp(params, batch, config=config,
+                                       with_entropy=False)
+  mask = batch["response_mask"].astype(jnp.float32)
+  return -jnp.sum(logp * mask), jnp.sum(mask)
+
+
+def evaluate(params, config, tokenizer, records: Sequence[Record], *,
+             response_len_max: int, rng: jax.Array, batch_size: int = 8,
+             buckets=sampler_lib.DEFAULT_BUCKETS) -> dict[str, Any]:
+  """Validation loss, parse rate and agreement with the annotator.
+
+  Each prompt is answered greedily and parsed (`skills.parse_analysis`).
+  Agreement compares the parsed skill with the record's (the annotator's):
+  `skill_exact` is the fraction of records where they are equal (stripped),
+  `skill_f1` the mean `skill_f1`; an unparsed analysis scores 0 on both.
+
+  Args:
+    params, config, tokenizer: the policy.
+    records: validation records (FIELDS).
+    response_len_max, rng, batch_size, buckets: as in `sft`.
+
+  Returns:
+    {"val_loss" (token mean), "parse_rate", "skill_exact", "skill_f1",
+    "val_examples", "val_parse/<...>" counts, "val_sample" (one analysis)}.
+  """
+  policy = _policy(config, tokenizer, buckets, response_len_max, batch_size)
+  counts = collections.Counter()
+  examples = _encode(records, policy, response_len_max, counts)
+  if not examples:
+    raise ValueError("no validation record fits the buckets and "
+                     f"response_len_max ({dict(counts)})")
+  nll = tokens = exact = f1 = 0.0
+  parse, sample = skills.ParseStats(), ""
+  for rows in _batches(examples, batch_size, policy.buckets):
+    batch = _pack(examples, rows, batch_size=batch_size,
+                  buckets=policy.buckets, pad_id=policy.pad_id,
+                  response_len=response_len_max)
+    s, c = jax.device_get(_nll(params, batch, config=config))
+    nll, tokens = nll + float(s), tokens + float(c)
+    rng, sub = jax.random.split(rng)
+    gens = policy.generate(params, [examples[i][2]["prompt"] for i in rows],
+                           sub, sampler_lib.Greedy())
+    for i, gen in zip(rows, gens):
+      sample = sample or gen.text
+      ref = skills.parse_analysis(examples[i][2]["response"])
+      got = parse.record(skills.parse_analysis(gen.text))
+      if isinstance(got, skills.Analysis) and isinstance(ref, skills.Analysis):
+        exact += float(got.skill == ref.skill)
+        f1 += skill_f1(got.skill, ref.skill)
+  n = len(examples)
+  out = dict(val_loss=nll / max(tokens, 1.0), parse_rate=parse.rate,
+             skill_exact=exact / n, skill_f1=f1 / n, val_examples=n,
+             val_sample=sample)
+  out.update({f"val_parse/{k}": v for k, v in parse.as_dict().items()
+              if k != "parse_rate"})
+  out.update({f"val_{k}": v for k, v in counts.items()})
+  return out
+
+
+def _host_rng(rng: jax.Array) -> np.random.Generator:
+  if jax.dtypes.issubdtype(rng.dtype, jax.dtypes.prng_key):
+    rng = jax.random.key_data(rng)
+  return np.random.default_rng(np.asarray(rng, np.uint32).ravel().tolist())
+
+
+def sft(params, config, tokenizer, train_records: Sequence[Record],
+        val_records: Sequence[Record], *, learning_rate: float,
+        rng: jax.Array, epochs: int = 3, batch_size: int = 8,
+        warmup_fraction: float = 0.1, weight_decay: float = 0.01,
+        grad_clip: float = 1.0, buckets=sampler_lib.DEFAULT_BUCKETS,
+        response_len_max: int = 256, log_every: int = 50,
+        checkpoint_dir: epath.PathLike | None = None
+        ) -> tuple[Any, dict[str, Any]]:
+  """Fine-tunes the policy on (analysis prompt -> analysis JSON).
+
+  The prompt is one user turn through the chat template (`Policy.encode`, as
+  RL's self-analysis sees it); the target is the tokenized response plus EOS;
+  the loss is the token mean over response tokens only. AdamW with a cosine
+  schedule and linear warm-up over `warmup_fraction` of the steps. Batches
+  stay inside one prompt bucket and short ones are padded with masked rows,
+  so the step compiles once per bucket. Records whose prompt exceeds the
+  largest usable bucket or whose response exceeds `response_len_max` are
+  counted (`skipped/...`) and left out.
+
+  Args:
+    params, config, tokenizer: the policy (params are copied, not donated).
+    train_records, val_records: records with FIELDS (e.g. `read_dataset`).
+    learning_rate: peak learning rate.
+    rng: PRNG key; the data order derives from it.
+    epochs, batch_size: passes over the data, rows per update.
+    warmup_fraction, weight_decay, grad_clip: of the optimizer.
+    buckets: prompt-length buckets (those that fit the context with
+      `response_len_max` are used).
+    response_len_max: response length in tokens, EOS included.
+    log_every: log a progress line every this many steps (0: never).
+    checkpoint_dir: a new directory for an orbax checkpoint of the result
+      (`restore_params`), or None.
+
+  Returns:
+    (params, report): report with steps, train_loss (last epoch's mean),
+    skipped_updates (non-finite), the `evaluate` metrics on `val_records`
+    (when any) and seconds.
+
+  Raises:
+    FileExistsError: `checkpoint_dir` exists (checked before training).
+    ValueError: no training record fits.
+  """
+  start = time.time()
+  ckpt_path = None
+  if checkpoint_dir is not None:
+    ckpt_path = epath.Path(checkpoint_dir).absolute()
+    if ckpt_path.exists():
+      raise FileExistsError(f"checkpoint directory {ckpt_path} exists")
+  policy = _policy(config, tokenizer, buckets, response_len_max, batch_size)
+  counts = collections.Counter()
+  train = _encode(train_records, policy, response_len_max, counts)
+  if not train:
+    raise ValueError(f"no training record fits ({dict(counts)})")
+  host_rng = _host_rng(rng)
+  per_epoch = len(_batches(train, batch_size, policy.buckets))
+  total = epochs * per_epoch
+  tx = train_step_lib.make_optimizer(
+      learning_rate, weight_decay=weight_decay, grad_clip=grad_clip,
+      warmup_steps=round(warmup_fraction * total), total_steps=total,
+      schedule="cosine")
+  step_fn = train_step_lib.jit_train_step(
+      tx, functools.partial(train_step_lib.sft_loss, config=config))
+  # A copy: the step donates its state, and the caller still owns `params`.
+  state = train_step_lib.TrainState.create(jax.tree.map(jnp.copy, params), tx)
+  history = []
+  for epoch in range(epochs):
+    for rows in _batches(train, batch_size, policy.buckets, host_rng):
+      batch = _pack(train, rows, batch_size=batch_size, buckets=policy.buckets,
+                    pad_id=policy.pad_id, response_len=response_len_max)
+      state, metrics = step_fn(state, batch)
+      history.append((metrics["loss"], metrics["skipped"]))
+      if log_every and (len(history) % log_every == 0 or len(history) == total):
+        logging.info("stage1 sft step %d/%d (epoch %d): loss %.4f, "
+                     "grad_norm %.3f", len(history), total, epoch + 1,
+                     float(metrics["loss"]), float(metrics["grad_norm"]))
+  losses, skipped = np.asarray(jax.device_get(history)).T
+  report: dict[str, Any] = dict(
+      steps=total, epochs=epochs, train_examples=len(train),
+      train_loss=float(losses[-per_epoch:].mean()),
+      skipped_updates=int(skipped.sum()), **counts)
+  if val_records:
+    report.update(evaluate(state.params, config, tokenizer, val_records,
+                           response_len_max=response_len_max, rng=rng,
+                           batch_size=batch_size, buckets=buckets))
+  if ckpt_path is not None:
+    with ocp.StandardCheckpointer() as ckpt:  # written to a tmp dir, renamed
+      ckpt.save(ckpt_path, state.params)
+  report["seconds"] = time.time() - start
+  logging.info("stage1 sft done: %s", {k: v for k, v in report.items()
+                                       if k != "val_sample"})
+  return state.params, report
+
+
+def restore_params(checkpoint_dir: epath.PathLike, like: Any) -> Any:
+  """Reads params saved by `sft` into the structure (and shardings) of
+  `like`, a pytree of arrays or `jax.ShapeDtypeStruct`s."""
+  with ocp.StandardCheckpointer() as ckpt:
+    return ckpt.restore(epath.Path(checkpoint_dir).absolute(),
+                        jax.tree.map(ocp.utils.to_shape_dtype_struct, like))

@@ -1,0 +1,231 @@
+"""Stage 1: records from scripted rollouts, the TFDS round trip, a teacher that
+goes down, and a tiny model that learns to write parseable analyses."""
+
+import contextlib
+import json
+import socket
+
+import grain
+import jax
+import pytest
+import tensorflow_datasets as tfds
+
+from seed_jax import annotators
+from seed_jax import envs
+from seed_jax import model as model_lib
+from seed_jax import rollout
+from seed_jax import skills
+from seed_jax import stage1
+from seed_jax import testing
+from seed_jax import tokenizer as tokenizer_lib
+from seed_jax.teacher import OpenAITeacher, TeacherUnavailableError
+
+
+def _scripted(bad=lambda member: False):
+  """(pool_factory, generate): experts act, `bad` members answer untagged."""
+  live = {}
+
+  def pool_factory(*args, **kwargs):
+    live["pool"] = envs.EnvPool(*args, **kwargs)
+    live["experts"] = {}
+    return live["pool"]
+
+  def generate(prompts, rng):
+    del rng
+    pool, experts = live["pool"], live["experts"]
+    assert len(prompts) == len(pool.active())
+    out = []
+    for i in pool.active():
+      if bad(i):
+        text = "I will just look around"
+      else:
+        expert = experts.setdefault(i, envs.make_expert(pool.members[i]))
+        text = f"<think>plan</think><action>{expert.act()}</action>"
+      out.append(rollout.Generation(text, [7], [9, 1], [-0.5, -0.5]))
+    return out
+
+  return pool_factory, generate
+
+
+def _records(num_tasks, per_task=2):
+  return [dict(prompt=f"Analyze episode {t}.{m} (\u00fc)\n\nStep 1",
+               response=json.dumps({"episode_summary": f"s{t}",
+                                    "episode_skill": f"k{t} {m}"}),
+               task=f"task {t}", family="clean" if t % 2 else "heat",
+               success=bool(t % 3))
+          for t in range(num_tasks) for m in range(per_task)]
+
+
+def test_collect_records_keeps_parseable_analyses():
+  pool_factory, generate = _scripted(bad=lambda i: i % 4 == 3)
+  seen, expected = [], {}
+
+  def annotator(ep):
+    seen.append(ep)
+    k = len(seen) - 1
+    reply = annotators.annotate(ep)
+    if k % 5 == 1:
+      return "I am unable to analyze this episode."  # no JSON
+    if k % 5 == 2:
+      return dict(reply, episode_skill="  ")  # empty skill
+    if k % 5 == 3:  # fenced, trailing comma: parses
+      reply_text = json.dumps(reply)[:-1] + ",}"
+      expected[k] = reply
+      return f"Sure!\n```json\n{reply_text}\n```"
+    expected[k] = reply
+    return reply
+
+  records, stats = stage1.collect_records(
+      generate, "household", num_tasks=5, group_size=2, max_steps=8,
+      annotator=annotator, rng=jax.random.key(0), tasks_per_batch=2,
+      pool_factory=pool_factory)
+  assert stats["tasks"] == 5 and stats["episodes"] == len(seen) == 10
+  assert stats["failed/no_json"] == 2 and stats["failed/empty_skill"] == 2
+  assert stats["failed"] == 4 and stats["parsed"] == len(records) == 6
+  assert stats["records"] == 6 and stats["env_steps"] > 0
+  kept = [seen[k] for k in sorted(expected)]
+  assert {r["success"] for r in records} == {True, False}
+  for ep, k, r in zip(kept, sorted(expected), records):
+    assert set(r) == set(stage1.FIELDS)
+    # Byte-identical to the prompt RL's self-analysis builds.
+    assert r["prompt"] == skills.build_analysis_prompt(ep).text
+    assert r["response"] == json.dumps(expected[k], ensure_ascii=False)
+    assert json.loads(r["response"]) == annotators.annotate(ep)
+    assert (r["task"], r["family"], r["success"]) == (ep.task, ep.family,
+                                                      ep.success)
+
+
+def test_collect_records_rejects_unknown_mode():
+  with pytest.raises(ValueError, match="unknown analysis mode"):
+    stage1.collect_records(None, "household", num_tasks=1, group_size=1,
+                           max_steps=2, annotator=annotators.annotate,
+                           rng=jax.random.key(0), mode="steps")
+
+
+def test_dataset_round_trip_is_deterministic(tmp_path):
+  records = _records(20)
+  info = stage1.write_dataset(records, tmp_path / "a", seed=3)
+  assert info.splits["train"].num_examples == 36
+  assert info.splits["validation"].num_examples == 4
+  train = list(stage1.read_dataset(tmp_path / "a", "train"))
+  val = stage1.read_dataset(tmp_path / "a", "validation")
+  assert val[-1] == list(val)[3] and isinstance(val[0]["success"], bool)
+  # Whole tasks per split, input order kept, nothing lost.
+  val_tasks = {r["task"] for r in val}
+  assert len(val_tasks) == 2 and not val_tasks & {r["task"] for r in train}
+  assert train == [r for r in records if r["task"] not in val_tasks]
+  assert list(val) == [r for r in records if r["task"] in val_tasks]
+  # Same records and seed, same split; the split is the library's.
+  stage1.write_dataset(records, tmp_path / "b", seed=3)
+  assert list(stage1.read_dataset(tmp_path / "b", "validation")) == list(val)
+  assert (train, list(val)) == stage1.split_records(
+      records, validation_fraction=0.1, seed=3)
+  # tfds and grain read it directly.
+  builder = tfds.builder_from_directory(tmp_path / "a" / "seed_stage1" /
+                                        "1.0.0")
+  assert set(builder.info.features) == set(stage1.FIELDS)
+  tasks = grain.MapDataset.source(val).map(lambda r: r["task"])
+  assert sorted(tasks) == sorted(r["task"] for r in val)
+
+
+def test_write_dataset_errors(tmp_path):
+  with pytest.raises(ValueError, match="no parseable records"):
+    stage1.write_dataset([], tmp_path)
+  with pytest.raises(ValueError, match="lacks field"):
+    stage1.write_dataset([{"prompt": "p"}], tmp_path)
+  stage1.write_dataset(_records(1, per_task=1), tmp_path)  # train only
+  assert len(stage1.read_dataset(tmp_path, "train")) == 1
+  with pytest.raises(FileExistsError, match="overwrite=True"):
+    stage1.write_dataset(_records(3), tmp_path)
+  stage1.write_dataset(_records(10), tmp_path, overwrite=True)
+  assert len(stage1.read_dataset(tmp_path, "train")) == 18
+
+
+def _closed_port():
+  with contextlib.closing(socket.socket()) as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("batch", [True, False])
+def test_down_teacher_fails_clearly_and_keeps_records(tmp_path, batch):
+  url = f"http://127.0.0.1:{_closed_port()}/v1"
+  sleeps = []
+  down = OpenAITeacher(url, "m", max_retries=1, backoff=0.5, timeout=2.0,
+                       max_concurrency=1, sleep=sleeps.append)
+  calls = []
+
+  class GoesDown:
+    """Answers the first batch with the rule-based annotator, then is down."""
+
+    def annotate_many(self, episodes):
+      calls.append(len(episodes))
+      if len(calls) == 1:
+        return [annotators.annotate(ep) for ep in episodes]
+      return down.annotate_many(episodes)
+
+  def per_episode(ep):  # the first five episodes answered, then down
+    calls.append(1)
+    return annotators.annotate(ep) if len(calls) <= 5 else down.annotate(ep)
+
+  pool_factory, generate = _scripted()
+  with pytest.raises(TeacherUnavailableError) as info:
+    stage1.collect_records(
+        generate, "household", num_tasks=4, group_size=2, max_steps=6,
+        annotator=GoesDown() if batch else per_episode, rng=jax.random.key(1),
+        tasks_per_batch=2, pool_factory=pool_factory)
+  err = info.value
+  assert isinstance(err, stage1.CollectionInterrupted)
+  assert str(err).startswith(f"teacher endpoint {url}/chat/completions "
+                             "unavailable after 2 attempts")
+  kept = 4 if batch else 5
+  assert f"kept {kept} record(s) after 2 fully annotated" in str(err)
+  assert err.tasks_done == 2 and len(err.records) == kept
+  assert err.stats["records"] == kept and err.stats["failed"] == 0
+  assert sleeps and set(sleeps) == {0.5}  # one retry per prompt tried
+  # The caller saves what was kept.
+  stage1.write_dataset(err.records, tmp_path)
+  back = (list(stage1.read_dataset(tmp_path, "train")) +
+          list(stage1.read_dataset(tmp_path, "validation")))
+  key = lambda r: (r["prompt"], r["response"])
+  assert sorted(back, key=key) == sorted(err.records, key=key)
+
+
+def test_skill_f1():
+  assert stage1.skill_f1("Open the fridge first.", "open the fridge") == (
+      pytest.approx(6 / 7))
+  assert stage1.skill_f1("a b", "c") == 0.0
+  assert stage1.skill_f1("", "") == 1.0
+
+
+@pytest.mark.slow
+def test_tiny_model_learns_to_write_parseable_analyses(tmp_path):
+  # Sokoban's short grid observations keep analysis prompts near 300 tokens.
+  pool_factory, generate = _scripted(bad=lambda i: i % 4 == 3)
+  records, _ = stage1.collect_records(
+      generate, "sokoban", num_tasks=40, group_size=2, max_steps=3,
+      annotator=annotators.annotate, rng=jax.random.key(0),
+      pool_factory=pool_factory)
+  stage1.write_dataset(records, tmp_path / "data")
+  train = list(stage1.read_dataset(tmp_path / "data", "train"))
+  val = list(stage1.read_dataset(tmp_path / "data", "validation"))
+  assert len(train) == 72 and len(val) == 8
+  assert {r["success"] for r in val} == {True, False}
+  tokenizer = tokenizer_lib.train_tokenizer(
+      [r["prompt"] for r in records] + [r["response"] for r in records],
+      vocab_size=1024)
+  config = testing.tiny_config(vocab_size=len(tokenizer),
+                               max_position_embeddings=512)
+  params = model_lib.init_params(config, jax.random.key(1))
+  tuned, report = stage1.sft(
+      params, config, tokenizer, train, val, learning_rate=1e-2,
+      rng=jax.random.key(2), epochs=10, batch_size=8, buckets=(320,),
+      response_len_max=96, log_every=30, checkpoint_dir=tmp_path / "ckpt")
+  assert report["train_examples"] == 72 and report["val_examples"] == 8
+  assert report["steps"] == 90 and report["skipped_updates"] == 0
+  assert report["parse_rate"] >= 0.9, report
+  assert report["skill_f1"] >= 0.5, report
+  assert report["val_loss"] < 0.5
+  restored = stage1.restore_params(tmp_path / "ckpt", params)
+  assert jax.tree.all(jax.tree.map(lambda a, b: (a == b).all(), restored,
+                                   tuned))
