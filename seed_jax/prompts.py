@@ -17,7 +17,8 @@ HISTORY_LENGTH = 2  # the demo's k; the paper uses 5
 MAX_ACTION_CHARS = 200  # longer "actions" are rambling, not commands
 # Each environment's action that changes nothing, the fallback for replies
 # that do not project (kept equal to the envs' `no_op`, checked by tests).
-NO_OPS = {"household": "look", "sokoban": "still"}
+NO_OPS = {"household": "look", "sokoban": "still", "twx": "look around",
+          "alfworld": "look", "gym_sokoban": "still"}
 
 INSTRUCTION = (
     "You should first reason step-by-step about the current situation. This "
@@ -148,7 +149,9 @@ def sokoban_prompt(task: str, history: History, observation: str,
 
 
 PROMPT_BUILDERS: dict[str, Callable[..., str]] = {
-    "household": household_prompt, "sokoban": sokoban_prompt}
+    "household": household_prompt, "sokoban": sokoban_prompt,
+    "twx": household_prompt, "alfworld": household_prompt,
+    "gym_sokoban": sokoban_prompt}
 
 
 def build_prompt(env_name: str, task: str, history: History, observation: str,

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from seed_jax.envs import alfworld_env
+from seed_jax.envs import gym_sokoban
 from seed_jax.envs import household
 from seed_jax.envs import sokoban
+from seed_jax.envs import textworld_express
 from seed_jax.envs.base import Env, EnvPool, SPLITS, split_seeds
 
 __all__ = ["Env", "EnvPool", "SPLITS", "split_seeds", "register", "make",
@@ -76,3 +79,10 @@ def make_expert(env: Env, **kwargs: Any) -> Any:
 
 register("household", household.HouseholdEnv, expert=household.ExpertPlanner)
 register("sokoban", sokoban.SokobanEnv, expert=sokoban.ExpertPlanner)
+# Optional adapters: their packages are imported only when an env is built.
+register("twx", textworld_express.TextWorldExpressEnv,
+         expert=textworld_express.GoldPathExpert)
+register("gym_sokoban", gym_sokoban.GymSokobanEnv,
+         expert=sokoban.ExpertPlanner)
+register("alfworld", alfworld_env.AlfWorldEnv,
+         expert=alfworld_env.AlfWorldExpert)
