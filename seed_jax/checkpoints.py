@@ -1,0 +1,383 @@
+"""Checkpoints through the orbax `CheckpointManager`: save, verify, resume.
+
+A step directory `workdir/checkpoints/<step>/` holds four items:
+
+  state      the TrainState (step, params, opt_state), sharded arrays
+  reference  the reference-policy params (optional; see `Checkpointer.save`)
+  rng        the host rng's key data, a uint32 array
+  host       JSON: the caller's host-side data (data-iterator position, seed
+             counters, metric history, ...) beside the model config and the
+             rng implementation
+
+Orbax writes each step into a temporary directory and renames it when every
+item is written, so a step directory that exists is complete. Once a save has
+finished, a manifest of the step's files (size and CRC-32 of each) is added;
+`restore_latest` checks it, and a step whose files no longer match, or that
+fails to restore, is reported and skipped in favour of the step before it
+(then moved to `workdir/corrupt_checkpoints/`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import time
+from typing import Any, Mapping
+import uuid
+import warnings
+import zlib
+
+from etils import epath
+import jax
+import jax.numpy as jnp
+import numpy as np
+import orbax.checkpoint as ocp
+
+from seed_jax import model as model_lib
+
+ITEMS = ("state", "reference", "rng", "host")
+MANIFEST = "seed_manifest.json"
+_CHUNK = 8 << 20
+
+
+class CorruptCheckpointWarning(UserWarning):
+  """A checkpoint step failed its file check or its restore and was skipped."""
+
+
+@dataclasses.dataclass
+class Restored:
+  """What `Checkpointer.restore_latest` returns."""
+  step: int
+  state: Any  # the TrainState, in the requested shardings
+  reference: Any  # reference params, or None when the step has none
+  rng: jax.Array | None  # a typed key if a typed key was saved
+  host: dict[str, Any]
+
+
+def abstract_tree(shapes: Any, shardings: Any) -> Any:
+  """ShapeDtypeStructs carrying shardings, the target of a sharded restore.
+
+  Args:
+    shapes: a pytree of arrays or ShapeDtypeStructs, e.g. from
+      `jax.eval_shape(make_state)`.
+    shardings: a matching pytree of `jax.sharding.Sharding`.
+
+  Returns:
+    The same tree of `jax.ShapeDtypeStruct(shape, dtype, sharding=...)`.
+  """
+  return jax.tree.map(
+      lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
+      shapes, shardings)
+
+
+def _config_dict(config: model_lib.ModelConfig | None) -> dict | None:
+  # A JSON round trip turns tuples into lists, as they will read back.
+  return None if config is None else json.loads(
+      json.dumps(dataclasses.asdict(config)))
+
+
+def check_writable(path: epath.PathLike) -> None:
+  """Creates `path` if needed and checks that files can be written in it.
+
+  Raises:
+    PermissionError: naming the path, when it cannot be created or written.
+  """
+  path = epath.Path(path)
+  try:
+    path.mkdir(parents=True, exist_ok=True)
+    probe = path / f".write_probe_{os.getpid()}_{uuid.uuid4().hex}"
+    probe.write_text("ok")
+    probe.unlink()
+  except OSError as e:
+    raise PermissionError(
+        f"checkpoint directory {path} is not writable: {e}") from e
+
+
+_check_writable = check_writable  # the name train.py first used
+
+
+def _walk(directory: epath.Path):
+  # iterdir, not rglob: epath refuses `**` (it would be slow on GCS).
+  for p in sorted(directory.iterdir()):
+    if p.is_dir():
+      yield from _walk(p)
+    elif p.name != MANIFEST:
+      yield p
+
+
+def _crc32(path: epath.Path) -> int:
+  crc = 0
+  with path.open("rb") as f:
+    while chunk := f.read(_CHUNK):
+      crc = zlib.crc32(chunk, crc)
+  return crc
+
+
+def write_manifest(step_dir: epath.Path) -> None:
+  """Records size and CRC-32 of every file of a finished step directory."""
+  files = {os.fspath(p.relative_to(step_dir)): [p.stat().length, _crc32(p)]
+           for p in _walk(step_dir)}
+  tmp = step_dir / f"{MANIFEST}.tmp"
+  tmp.write_text(json.dumps(files))
+  tmp.rename(step_dir / MANIFEST)
+
+
+def check_manifest(step_dir: epath.Path) -> str | None:
+  """Why a step directory does not match its manifest; None when it does.
+
+  A step without a manifest (the process stopped between the save and the
+  manifest) passes; its restore is the check.
+  """
+  path = step_dir / MANIFEST
+  if not path.exists():
+    return None
+  try:
+    files = json.loads(path.read_text())
+  except ValueError as e:
+    return f"unreadable manifest: {e}"
+  for name, (size, crc) in files.items():
+    p = step_dir / name
+    if not p.exists():
+      return f"{name} is missing"
+    if p.stat().length != size:
+      return f"{name} has {p.stat().length} bytes, {size} were written"
+    if _crc32(p) != crc:
+      return f"{name} does not match its checksum"
+  return None
+
+
+class Checkpointer:
+  """Saves and restores training checkpoints under `workdir/checkpoints`.
+
+  Saves are asynchronous: `save` returns once the arrays are copied off the
+  devices (so the state may be donated right after) and the files are written
+  in the background. Call `wait()` before reading the files and `close()` (or
+  use `with`) before the program exits.
+
+  Example:
+
+    with Checkpointer(workdir, model_config=config) as ckpt:
+      restored = ckpt.restore_latest(abstract_state, abstract_reference)
+      state = restored.state if restored else fresh_state()
+      ...
+      ckpt.save(step, state, rng=rng, host={"data_position": 17})
+  """
+
+  def __init__(self, workdir: epath.PathLike, *,
+               model_config: model_lib.ModelConfig | None = None,
+               max_to_keep: int = 3, save_interval: int = 1,
+               asynchronous: bool = True):
+    """Opens (and creates) the checkpoint directory.
+
+    Args:
+      workdir: the run's work directory; checkpoints go to its `checkpoints/`.
+      model_config: written with every step and compared on restore.
+      max_to_keep: how many of the latest steps to keep on disk.
+      save_interval: `save` writes only steps that are multiples of it
+        (unless forced).
+      asynchronous: write files in a background thread.
+
+    Raises:
+      PermissionError: when the directory cannot be created or written.
+    """
+    self.workdir = epath.Path(workdir)
+    self.directory = self.workdir / "checkpoints"
+    check_writable(self.directory)
+    self._model = _config_dict(model_config)
+    self._unverified: list[int] = []
+    policies = ocp.checkpoint_managers
+    options = ocp.CheckpointManagerOptions(
+        save_decision_policy=policies.FixedIntervalPolicy(save_interval),
+        preservation_policy=policies.LatestN(max_to_keep),
+        cleanup_tmp_directories=True,
+        enable_async_checkpointing=asynchronous)
+    self._manager = ocp.CheckpointManager(self.directory, options=options,
+                                          item_names=ITEMS)
+
+  def __enter__(self) -> "Checkpointer":
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self.close()
+
+  def all_steps(self) -> list[int]:
+    return list(self._manager.all_steps())
+
+  def latest_step(self) -> int | None:
+    return self._manager.latest_step()
+
+  def save(self, step: int, state: Any, *, reference: Any = None,
+           rng: jax.Array | None = None,
+           host: Mapping[str, Any] | None = None, force: bool = False) -> bool:
+    """Starts saving one step (if `save_interval` allows, or `force`).
+
+    The reference params are saved with each step they are given to, so
+    every kept step restores on its own whatever `max_to_keep` deleted;
+    pass None when the reference is cheap to rebuild (the base weights).
+
+    Args:
+      step: the update count, the step directory's name.
+      state: the TrainState (any pytree of arrays).
+      reference: the reference params, or None.
+      rng: a typed key (`jax.random.key`) or raw uint32 key data, or None.
+      host: JSON-serializable host-side data (copied before returning).
+      force: save even when `save_interval` says not to.
+
+    Returns:
+      Whether a save was started.
+
+    Raises:
+      TypeError: when `host` is not JSON-serializable.
+    """
+    step = int(step)
+    if not (force or self._manager.should_save(step)):
+      return False
+    # A JSON round trip checks the host data now rather than in the writer
+    # thread, and snapshots it: the caller may mutate it while it is written.
+    host = json.loads(json.dumps(dict(host or {})))
+    self.wait()  # orbax waits for the previous save anyway
+    impl = None
+    if rng is not None and jax.dtypes.issubdtype(rng.dtype,
+                                                 jax.dtypes.prng_key):
+      impl = str(jax.random.key_impl(rng))
+      rng = jax.random.key_data(rng)
+    items = dict(
+        state=ocp.args.StandardSave(state),
+        host=ocp.args.JsonSave(dict(model_config=self._model, rng_impl=impl,
+                                    host=host)))
+    if reference is not None:
+      items["reference"] = ocp.args.StandardSave(reference)
+    if rng is not None:
+      items["rng"] = ocp.args.StandardSave(np.asarray(rng, np.uint32))
+    saved = self._manager.save(step, args=ocp.args.Composite(**items),
+                               force=force)
+    if saved:
+      self._unverified.append(step)
+    return saved
+
+  def wait(self) -> None:
+    """Blocks until every started save is on disk, with its manifest."""
+    self._manager.wait_until_finished()
+    self._write_manifests()
+
+  def close(self) -> None:
+    """Waits for pending saves and releases the manager."""
+    self.wait()
+    self._manager.close()
+
+  def _write_manifests(self) -> None:
+    if jax.process_index() == 0:
+      for step in self._unverified:
+        step_dir = self.directory / str(step)
+        if step_dir.exists():  # not already removed by max_to_keep
+          write_manifest(step_dir)
+    self._unverified = []
+
+  def restore_latest(self, abstract_state: Any,
+                     abstract_reference: Any = None) -> Restored | None:
+    """Restores the latest intact step, each device reading its own shards.
+
+    Args:
+      abstract_state: the TrainState as `jax.ShapeDtypeStruct`s with
+        shardings (see `abstract_tree`); arrays are placed accordingly.
+      abstract_reference: the same for the reference params, or None to
+        skip them.
+
+    Every step's files are first checked against its manifest (one extra
+    read of the checkpoint). A step that fails that check, or has no
+    manifest and fails to restore, is skipped with a
+    `CorruptCheckpointWarning`; once an earlier step restores, skipped steps
+    are moved to `workdir/corrupt_checkpoints/`.
+
+    Returns:
+      The restored step, or None when the workdir holds no checkpoint.
+
+    Raises:
+      ValueError: when the checkpoint was written for a different model
+        config than this Checkpointer's; orbax's errors when an intact step
+        does not fit `abstract_state`.
+      RuntimeError: when checkpoints exist but none of them restores.
+    """
+    self.wait()
+    self._manager.reload()
+    steps = sorted(self._manager.all_steps(), reverse=True)
+    skipped = []
+    for step in steps:
+      step_dir = self.directory / str(step)
+      verified = (step_dir / MANIFEST).exists()
+      problem = check_manifest(step_dir)
+      if problem is None:
+        try:
+          host = self._manager.restore(step, args=ocp.args.Composite(
+              host=ocp.args.JsonRestore())).host
+          self._check_model(host.get("model_config"))
+          restored = self._restore(step, host, abstract_state,
+                                   abstract_reference)
+        except _ModelMismatch:
+          raise
+        except Exception as e:  # pylint: disable=broad-except
+          # Files that match their manifest are intact: the failure is the
+          # caller's (an abstract state of another structure, say).
+          if verified:
+            raise
+          problem = f"{type(e).__name__}: {e}"
+        else:
+          # Moved aside only now that an earlier step restored into the same
+          # target (so the target was not the problem), and so that the next
+          # save of those steps does not collide with them.
+          for bad in skipped:
+            self._quarantine(bad)
+          return restored
+      warnings.warn(f"checkpoint step {step} in {self.directory} is corrupt "
+                    f"({problem}); falling back to an earlier step",
+                    CorruptCheckpointWarning, stacklevel=2)
+      skipped.append(step)
+    if steps:
+      raise RuntimeError(f"no checkpoint in {self.directory} restores "
+                         f"(tried steps {steps}); see the warnings above")
+    return None
+
+  def _restore(self, step, host, abstract_state, abstract_reference):
+    step_dir = self.directory / str(step)
+    items = dict(state=ocp.args.StandardRestore(abstract_state))
+    has_ref = (step_dir / "reference").exists()
+    if abstract_reference is not None and has_ref:
+      items["reference"] = ocp.args.StandardRestore(abstract_reference)
+    if (step_dir / "rng").exists():
+      items["rng"] = ocp.args.StandardRestore()
+    out = self._manager.restore(step, args=ocp.args.Composite(**items))
+    rng = None
+    if "rng" in items:
+      rng = jnp.asarray(out.rng, jnp.uint32)
+      if host.get("rng_impl"):
+        rng = jax.random.wrap_key_data(rng, impl=host["rng_impl"])
+    reference = out.reference if "reference" in items else None
+    logging.info("restored checkpoint step %d from %s", step, self.directory)
+    return Restored(step=step, state=out.state, reference=reference, rng=rng,
+                    host=host.get("host", {}))
+
+  def _check_model(self, saved: dict | None) -> None:
+    if self._model is None or saved is None or saved == self._model:
+      return
+    diffs = [f"{k} {saved.get(k, '<unset>')} != {self._model.get(k, '<unset>')}"
+             for k in sorted(set(saved) | set(self._model))
+             if saved.get(k) != self._model.get(k)]
+    raise _ModelMismatch(
+        f"workdir {self.workdir} holds a checkpoint of a different model: "
+        f"{', '.join(diffs)} (checkpoint != this run); use another workdir "
+        "or the checkpoint's model config")
+
+  def _quarantine(self, step: int) -> None:
+    if jax.process_index() == 0:
+      dest = self.workdir / "corrupt_checkpoints"
+      dest.mkdir(parents=True, exist_ok=True)
+      (self.directory / str(step)).rename(
+          dest / f"{step}.{time.strftime('%Y%m%d-%H%M%S')}")
+    ocp.multihost.sync_global_processes(f"seed_jax_quarantine_{step}")
+    self._manager.reload()
+
+
+class _ModelMismatch(ValueError):
+  """The checkpoint was written for another model config."""

@@ -1,0 +1,258 @@
+"""Metrics: device-side averages (clu), writers, progress line, history, plot.
+
+The train step returns a flat dict of scalars whose names vary by stage (OPD
+metrics exist only when a teacher signal does), so `Averager` keeps one clu
+`metrics.Average` per name instead of a fixed `clu.metrics.Collection` class,
+whose fields must be declared up front (and be Python identifiers, which
+`time/rollout` is not). Averages merge on device in a jitted update and
+reach the host only in `compute`, at log time.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import (Any, Iterable, Iterator, Mapping, Sequence,
+                    TYPE_CHECKING)
+
+from clu import metrics as clu_metrics
+from etils import epath
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+if TYPE_CHECKING:
+  from clu import metric_writers
+
+# (label, metric name) of the progress line, in order. Phase timings
+# (`time/<phase>`, seconds) follow them.
+PROGRESS_KEYS: tuple[tuple[str, str], ...] = (
+    ("success", "success_rate"),
+    ("valid", "valid_action_ratio"),
+    ("parsed", "analyses_parsed"),
+    ("gate", "opd_gate_mean"),
+    ("active", "opd_active_ratio"),
+    ("kl", "kl"),
+    ("ent", "entropy"),
+    ("logp", "logp_agreement"),
+)
+TIME_PREFIX = "time/"
+
+
+@jax.jit
+def _merge(acc: dict[str, clu_metrics.Average],
+           new: dict[str, jax.Array]) -> dict[str, clu_metrics.Average]:
+  out = dict(acc)
+  for name, value in new.items():
+    m = clu_metrics.Average.from_model_output(jnp.asarray(value, jnp.float32))
+    out[name] = acc[name].merge(m) if name in acc else m
+  return out
+
+
+@jax.jit
+def _compute(acc: dict[str, clu_metrics.Average]) -> dict[str, jax.Array]:
+  return {name: m.compute() for name, m in acc.items()}
+
+
+class Averager:
+  """Averages per-step metric dicts over mini-batches, on device.
+
+  Example:
+
+    avg = Averager()
+    for batch in mini_batches:
+      state, m = step(state, batch)  # m: {"loss": [], "kl": [], ...}
+      avg.update(m)                  # no host sync
+    scalars = avg.compute()          # {"loss": 0.12, "kl": 0.003}; resets
+
+  A name missing from some updates is averaged over the updates that had it.
+  """
+
+  def __init__(self):
+    self._acc: dict[str, clu_metrics.Average] = {}
+
+  def update(self, metrics: Mapping[str, Any]) -> None:
+    """Adds one step's metrics (scalars; an array adds each element)."""
+    self._acc = _merge(self._acc, dict(metrics))
+
+  def compute(self, *, reset: bool = True) -> dict[str, float]:
+    """Host floats of the averages so far; empty before any update."""
+    out = jax.device_get(_compute(self._acc)) if self._acc else {}
+    if reset:
+      self._acc = {}
+    return {k: float(v) for k, v in out.items()}
+
+
+def make_writer(workdir: epath.PathLike, *, process_index: int | None = None,
+                asynchronous: bool = True) -> metric_writers.MetricWriter:
+  """clu's default writer: TensorBoard events in `workdir` and the log.
+
+  Only process 0 writes event files; the other processes only log.
+
+  Args:
+    workdir: the run's work directory.
+    process_index: this process (default `jax.process_index()`).
+    asynchronous: write from a background thread (call `flush`/`close`).
+
+  Returns:
+    A `MetricWriter` (`write_scalars(step, {...})`, `flush()`, `close()`).
+  """
+  # Imported here: clu's writers import TensorFlow, seconds that only code
+  # that writes needs to spend.
+  # pylint: disable-next=g-import-not-at-top,redefined-outer-name
+  from clu import metric_writers
+  if process_index is None:
+    process_index = jax.process_index()
+  return metric_writers.create_default_writer(
+      os.fspath(workdir), just_logging=process_index != 0,
+      asynchronous=asynchronous)
+
+
+def _fmt(value: Any) -> str:
+  if value is None:
+    return "-"
+  value = float(value)
+  if not math.isfinite(value):
+    return str(value)
+  if value == int(value) and abs(value) < 1e6:
+    return str(int(value))
+  return f"{value:.3g}"
+
+
+def format_progress(step: int, metrics: Mapping[str, Any],
+                    keys: Sequence[tuple[str, str] | str] = PROGRESS_KEYS
+                    ) -> str:
+  """A compact one-line summary of an update, "-" for missing metrics.
+
+  Example:
+    format_progress(12, {"success_rate": 0.4375, "kl": 0.0012,
+                         "time/rollout": 31.4, "time/train": 8.02})
+    -> "update 12 | success 0.438 | valid - | parsed - | gate - | active - |
+        kl 0.0012 | ent - | logp - | time rollout 31.4s train 8.02s"
+    (one line)
+
+  Args:
+    step: the update number.
+    metrics: scalar metrics by name.
+    keys: (label, name) pairs, or names used as their own labels.
+
+  Returns:
+    The line, without a newline.
+  """
+  parts = [f"update {step}"]
+  for key in keys:
+    label, name = (key, key) if isinstance(key, str) else key
+    parts.append(f"{label} {_fmt(metrics.get(name))}")
+  times = [f"{k[len(TIME_PREFIX):]} {_fmt(v)}s"
+           for k, v in sorted(metrics.items()) if k.startswith(TIME_PREFIX)]
+  parts.append("time " + (" ".join(times) if times else "-"))
+  return " | ".join(parts)
+
+
+def _scalar(value: Any) -> Any:
+  if isinstance(value, (str, type(None))):
+    return value
+  value = np.asarray(value)
+  if value.size != 1:
+    raise ValueError(f"metric history holds scalars, got shape {value.shape}")
+  value = value.item()
+  if isinstance(value, float) and not math.isfinite(value):
+    return None  # strict JSON has no NaN/inf
+  return value
+
+
+class MetricHistory:
+  """Per-update scalar dicts on the host, JSON-serializable.
+
+  The trainer saves `to_json()` in the checkpoint's host data and rewrites
+  `metrics.jsonl` from it (`write_jsonl`), so after a resume the file holds
+  exactly the updates the restored state has seen.
+  """
+
+  def __init__(self, records: Iterable[Mapping[str, Any]] = ()):
+    self.records: list[dict[str, Any]] = [dict(r) for r in records]
+
+  def __len__(self) -> int:
+    return len(self.records)
+
+  def __iter__(self) -> Iterator[dict[str, Any]]:
+    return iter(self.records)
+
+  def append(self, update: int, scalars: Mapping[str, Any]) -> dict[str, Any]:
+    """Adds one update's scalars (arrays become floats; NaN/inf become None).
+
+    Returns:
+      The stored record, `{"update": update, **scalars}`.
+
+    Raises:
+      ValueError: for a value with more than one element.
+    """
+    record = {"update": int(update)}
+    record.update({k: _scalar(v) for k, v in scalars.items()})
+    self.records.append(record)
+    return record
+
+  def to_json(self) -> list[dict[str, Any]]:
+    return [dict(r) for r in self.records]
+
+  @classmethod
+  def from_json(cls, records: Iterable[Mapping[str, Any]] | None
+                ) -> "MetricHistory":
+    return cls(records or ())
+
+  def series(self, key: str, x: str = "update") -> tuple[list, list]:
+    """(xs, ys) of the records that have a value for `key`."""
+    pairs = [(r.get(x), r[key]) for r in self.records
+             if r.get(key) is not None and r.get(x) is not None]
+    return [p[0] for p in pairs], [p[1] for p in pairs]
+
+  def write_jsonl(self, path: epath.PathLike) -> None:
+    """Rewrites `path` with one JSON record per line (atomically)."""
+    path = epath.Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in self.records))
+    tmp.replace(path)
+
+
+def plot_learning_curve(history: MetricHistory | Iterable[Mapping[str, Any]],
+                        path: epath.PathLike, *,
+                        keys: Sequence[str] = ("success_rate",
+                                               "eval/seen/success",
+                                               "eval/unseen/success"),
+                        x: str = "update") -> list[str]:
+  """Draws the learning curves of `keys` against `x` into a PNG.
+
+  Uses matplotlib's Agg canvas directly (no pyplot, no global backend).
+
+  Args:
+    history: a MetricHistory or its records.
+    path: the PNG to write.
+    keys: metrics to draw; those without values are left out.
+    x: the record field on the horizontal axis.
+
+  Returns:
+    The keys that had values and were drawn.
+  """
+  from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
+  if not isinstance(history, MetricHistory):
+    history = MetricHistory(history)
+  fig = Figure(figsize=(6, 4), dpi=100)
+  ax = fig.add_subplot()
+  drawn = []
+  for key in keys:
+    xs, ys = history.series(key, x)
+    if xs:
+      ax.plot(xs, ys, marker="." if len(xs) < 50 else None, label=key)
+      drawn.append(key)
+  ax.set_xlabel(x)
+  ax.grid(alpha=0.3)
+  if drawn:
+    ax.legend()
+  else:
+    ax.text(0.5, 0.5, "no data yet", ha="center", va="center",
+            transform=ax.transAxes)
+  fig.tight_layout()
+  with epath.Path(path).open("wb") as f:
+    fig.savefig(f, format="png")
+  return drawn

@@ -1,0 +1,252 @@
+"""Checkpoint round trips on a 2x2x2 mesh, resume, mismatch and corruption."""
+
+import functools
+import os
+import shutil
+
+import jax
+import numpy as np
+import optax
+import orbax.checkpoint as ocp
+import pytest
+
+from seed_jax import checkpoints
+from seed_jax import model as model_lib
+from seed_jax import partitioning
+from seed_jax import testing
+from seed_jax import train_step as train_step_lib
+
+CONFIG = testing.tiny_config()
+TX = train_step_lib.make_optimizer(1e-3)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _no_replica_parallel_saves():
+  """Saves without replica-parallel slicing, restored afterwards.
+
+  Replica-parallel saving compiles one slice per array and replica; on 8
+  fake CPU devices that is seconds per test for nothing tested here.
+  """
+  default = ocp.type_handlers.get_type_handler(jax.Array)
+  ocp.type_handlers.register_type_handler(
+      jax.Array, ocp.type_handlers.ArrayHandler(use_replica_parallel=False),
+      override=True)
+  yield
+  ocp.type_handlers.register_type_handler(jax.Array, default, override=True)
+
+
+@functools.lru_cache()
+def _mesh():
+  return partitioning.make_mesh((2, 2, 2))
+
+
+def _state_shardings(mesh):
+  """TrainState shardings: moments like their params, counts replicated."""
+  params = partitioning.param_shardings(CONFIG, mesh)
+  abstract = jax.eval_shape(lambda p: train_step_lib.TrainState.create(p, TX),
+                            model_lib.param_shapes(CONFIG))
+  rep = partitioning.replicated(mesh)
+  opt = optax.tree_map_params(TX, lambda _, s: s, abstract.opt_state, params,
+                              transform_non_params=lambda _: rep)
+  return train_step_lib.TrainState(step=rep, params=params, opt_state=opt)
+
+
+def _abstract(mesh):
+  shapes = jax.eval_shape(lambda p: train_step_lib.TrainState.create(p, TX),
+                          model_lib.param_shapes(CONFIG))
+  ref = checkpoints.abstract_tree(
+      model_lib.param_shapes(CONFIG),
+      partitioning.param_shardings(CONFIG, mesh))
+  return checkpoints.abstract_tree(shapes, _state_shardings(mesh)), ref
+
+
+@functools.lru_cache()
+def _shapes():
+  state = jax.eval_shape(lambda p: train_step_lib.TrainState.create(p, TX),
+                         model_lib.param_shapes(CONFIG))
+  return state, model_lib.param_shapes(CONFIG)
+
+
+def _make(step):
+  """A TrainState with adamw moments and a reference, values set by `step`.
+
+  Filled on the host and placed shard by shard: compiling the real init for
+  8 devices would take most of this file's time budget.
+  """
+  mesh = _mesh()
+  rng = np.random.default_rng(step)
+
+  def fill(s):
+    if np.issubdtype(s.dtype, np.integer):
+      return np.full(s.shape, step, s.dtype)
+    return rng.standard_normal(s.shape).astype(s.dtype)
+
+  state_shapes, ref_shapes = _shapes()
+  state = jax.device_put(jax.tree.map(fill, state_shapes),
+                         _state_shardings(mesh))
+  ref = jax.device_put(jax.tree.map(fill, ref_shapes),
+                       partitioning.param_shardings(CONFIG, mesh))
+  return state, ref
+
+
+def _assert_tree_equal(a, b):
+  jax.tree.map(lambda x, y: np.testing.assert_array_equal(
+      np.asarray(x), np.asarray(y)), a, b)
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+  """A workdir with steps 1, 2, 3 saved under max_to_keep=2 (2 and 3 kept)."""
+  workdir = tmp_path_factory.mktemp("saved")
+  with checkpoints.Checkpointer(workdir, model_config=CONFIG,
+                                max_to_keep=2) as ckpt:
+    for s in (1, 2, 3):
+      state, ref = _make(s)
+      ckpt.save(s, state, reference=ref if s != 3 else None,
+                rng=jax.random.key(100 + s), host={"data_position": s})
+  return workdir
+
+
+def _copy(saved, tmp_path):
+  shutil.copytree(saved, tmp_path / "run")
+  return tmp_path / "run"
+
+
+def test_round_trip_sharded(tmp_path):
+  state, ref = _make(3)
+  with checkpoints.Checkpointer(tmp_path, model_config=CONFIG) as ckpt:
+    assert ckpt.restore_latest(*_abstract(_mesh())) is None
+    ckpt.save(3, state, reference=ref, rng=jax.random.key(7),
+              host={"data_position": 3, "history": [{"update": 3}]})
+  abstract_state, abstract_ref = _abstract(_mesh())
+  with checkpoints.Checkpointer(tmp_path, model_config=CONFIG) as ckpt:
+    out = ckpt.restore_latest(abstract_state, abstract_ref)
+  assert out.step == 3
+  assert out.host == {"data_position": 3, "history": [{"update": 3}]}
+  _assert_tree_equal(out.state, state)
+  _assert_tree_equal(out.reference, ref)
+  np.testing.assert_array_equal(jax.random.key_data(out.rng),
+                                jax.random.key_data(jax.random.key(7)))
+  for got, want in zip(jax.tree.leaves((out.state, out.reference)),
+                       jax.tree.leaves((abstract_state, abstract_ref))):
+    assert got.sharding == want.sharding
+  # At least one array really is split across devices.
+  assert any(not leaf.sharding.is_fully_replicated
+             for leaf in jax.tree.leaves(out.state.params))
+
+
+def test_max_to_keep_and_resume_latest(saved):
+  with checkpoints.Checkpointer(saved, model_config=CONFIG) as ckpt:
+    assert ckpt.all_steps() == [2, 3]
+    out = ckpt.restore_latest(*_abstract(_mesh()))
+  assert out.step == 3 and out.host == {"data_position": 3}
+  assert out.reference is None  # step 3 was saved without one
+  _assert_tree_equal(out.state, _make(3)[0])
+
+
+def test_half_written_step_is_never_restored(saved, tmp_path):
+  workdir = _copy(saved, tmp_path)
+  # What a save interrupted before orbax's final rename leaves behind.
+  partial = workdir / "checkpoints" / "4.orbax-checkpoint-tmp-1234"
+  partial.mkdir()
+  (partial / "state").mkdir()
+  with checkpoints.Checkpointer(workdir, model_config=CONFIG) as ckpt:
+    assert ckpt.restore_latest(_abstract(_mesh())[0]).step == 3
+
+
+def test_host_data_must_be_json(tmp_path):
+  with checkpoints.Checkpointer(tmp_path) as ckpt:
+    with pytest.raises(TypeError, match="JSON"):
+      ckpt.save(1, _make(1)[0], host={"x": object()})
+
+
+def test_save_interval(tmp_path):
+  with checkpoints.Checkpointer(tmp_path, save_interval=2) as ckpt:
+    state, _ = _make(1)
+    assert not ckpt.save(1, state)
+    assert ckpt.save(2, state)
+    assert ckpt.save(3, state, force=True)
+    ckpt.wait()
+    assert ckpt.all_steps() == [2, 3]
+
+
+def test_different_model_is_a_clear_error(saved):
+  other = CONFIG.replace(hidden_size=128)
+  with checkpoints.Checkpointer(saved, model_config=other) as ckpt:
+    with pytest.raises(ValueError,
+                       match="different model: hidden_size 64 != 128"):
+      ckpt.restore_latest(_abstract(_mesh())[0])
+    assert ckpt.all_steps() == [2, 3]
+
+
+def test_intact_step_with_wrong_target_raises_and_stays(saved, tmp_path):
+  workdir = _copy(saved, tmp_path)
+  wrong = _abstract(_mesh())[0].params  # params alone, not a TrainState
+  with checkpoints.Checkpointer(workdir, model_config=CONFIG) as ckpt:
+    with pytest.raises(ValueError, match="tree structures do not match"):
+      ckpt.restore_latest(wrong)
+    assert ckpt.all_steps() == [2, 3]
+
+
+def _largest_file(step_dir):
+  files = [os.path.join(r, f) for r, _, fs in os.walk(step_dir / "state")
+           for f in fs]
+  return max(files, key=os.path.getsize)
+
+
+@pytest.mark.parametrize("damage",
+                         ["truncate", "flip", "metadata_without_manifest"])
+def test_corrupt_latest_falls_back(saved, tmp_path, damage):
+  workdir = _copy(saved, tmp_path)
+  step_dir = workdir / "checkpoints" / "3"
+  path = _largest_file(step_dir)
+  if damage == "flip":
+    with open(path, "r+b") as f:
+      f.seek(os.path.getsize(path) // 2)
+      byte = f.read(1)
+      f.seek(-1, os.SEEK_CUR)
+      f.write(bytes([byte[0] ^ 0xFF]))
+  elif damage == "truncate":
+    os.truncate(path, os.path.getsize(path) // 2)
+  else:  # left to the restore to notice
+    os.truncate(step_dir / "state" / "_METADATA", 10)
+    os.remove(step_dir / checkpoints.MANIFEST)
+  with checkpoints.Checkpointer(workdir, model_config=CONFIG) as ckpt:
+    with pytest.warns(checkpoints.CorruptCheckpointWarning, match="step 3"):
+      out = ckpt.restore_latest(*_abstract(_mesh()))
+    assert out.step == 2 and out.host == {"data_position": 2}
+    _assert_tree_equal((out.state, out.reference), _make(2))
+    # The corrupt step is moved aside, so step 3 can be saved again.
+    assert ckpt.all_steps() == [2]
+    assert ckpt.save(3, _make(3)[0])
+  assert os.listdir(workdir / "corrupt_checkpoints")
+
+
+def test_no_intact_step_is_an_error(saved, tmp_path):
+  workdir = _copy(saved, tmp_path)
+  for step in (2, 3):
+    path = _largest_file(workdir / "checkpoints" / str(step))
+    os.truncate(path, 1)
+  with checkpoints.Checkpointer(workdir, model_config=CONFIG) as ckpt:
+    with pytest.warns(checkpoints.CorruptCheckpointWarning):
+      with pytest.raises(RuntimeError, match=r"tried steps \[3, 2\]"):
+        ckpt.restore_latest(_abstract(_mesh())[0])
+    assert ckpt.all_steps() == [2, 3]  # nothing moved
+
+
+def test_unwritable_workdir_under_a_file(tmp_path):
+  (tmp_path / "file").write_text("x")
+  with pytest.raises(PermissionError, match=str(tmp_path / "file")):
+    checkpoints.Checkpointer(tmp_path / "file" / "run")
+
+
+@pytest.mark.skipif(os.geteuid() == 0,
+                    reason="root writes through chmod; the test above "
+                    "covers the error")
+def test_unwritable_workdir_read_only(tmp_path):
+  os.chmod(tmp_path, 0o500)
+  try:
+    with pytest.raises(PermissionError, match=str(tmp_path)):
+      checkpoints.Checkpointer(tmp_path)
+  finally:
+    os.chmod(tmp_path, 0o700)

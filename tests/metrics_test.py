@@ -1,0 +1,95 @@
+"""Averager, TensorBoard writer, progress line, history and plot."""
+
+import glob
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from seed_jax import metrics
+
+
+def test_averager_means_over_updates_on_device():
+  step = jax.jit(lambda x: {"loss": x, "kl": 2 * x})
+  avg = metrics.Averager()
+  for x in (1.0, 2.0, 6.0):
+    avg.update(step(jnp.float32(x)))
+  avg.update({"loss": np.float32(3.0)})  # a name may be missing from one
+  out = avg.compute()
+  assert out == pytest.approx({"loss": 3.0, "kl": 6.0})
+  assert avg.compute() == {}  # reset at compute
+
+
+def _read_scalars(workdir):
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  found = {}
+  for path in glob.glob(os.path.join(workdir, "events.out.tfevents.*")):
+    for event in tf.compat.v1.train.summary_iterator(path):
+      for v in event.summary.value:
+        value = (float(tf.make_ndarray(v.tensor)) if v.HasField("tensor")
+                 else v.simple_value)
+        found[(v.tag, event.step)] = value
+  return found
+
+
+def test_writer_writes_tensorboard_events(tmp_path):
+  writer = metrics.make_writer(tmp_path, process_index=0)
+  writer.write_scalars(1, {"success_rate": 0.25, "kl": 0.5})
+  writer.write_scalars(2, {"success_rate": 0.75})
+  writer.close()
+  found = _read_scalars(str(tmp_path))
+  assert found[("success_rate", 1)] == pytest.approx(0.25)
+  assert found[("kl", 1)] == pytest.approx(0.5)
+  assert found[("success_rate", 2)] == pytest.approx(0.75)
+
+
+def test_writer_of_other_processes_only_logs(tmp_path):
+  writer = metrics.make_writer(tmp_path, process_index=1)
+  writer.write_scalars(1, {"kl": 0.5})
+  writer.close()
+  assert not glob.glob(str(tmp_path / "events.out.tfevents.*"))
+
+
+def test_format_progress():
+  line = metrics.format_progress(
+      12, {"success_rate": 0.4375, "valid_action_ratio": 1.0,
+           "analyses_parsed": 7, "kl": 0.00123, "entropy": float("nan"),
+           "time/rollout": 31.44, "time/train": 8.021})
+  assert line == ("update 12 | success 0.438 | valid 1 | parsed 7 | gate - | "
+                  "active - | kl 0.00123 | ent nan | logp - | "
+                  "time rollout 31.4s train 8.02s")
+  assert metrics.format_progress(3, {}, keys=["loss"]) == (
+      "update 3 | loss - | time -")
+
+
+def test_history_json_and_jsonl(tmp_path):
+  history = metrics.MetricHistory()
+  history.append(1, {"success_rate": jnp.float32(0.5), "loss": np.nan,
+                     "stage": "rl"})
+  history.append(2, {"success_rate": 0.75, "analyses_parsed": np.int32(3)})
+  restored = metrics.MetricHistory.from_json(
+      json.loads(json.dumps(history.to_json())))
+  assert restored.records == [
+      {"update": 1, "success_rate": 0.5, "loss": None, "stage": "rl"},
+      {"update": 2, "success_rate": 0.75, "analyses_parsed": 3}]
+  assert restored.series("success_rate") == ([1, 2], [0.5, 0.75])
+  path = tmp_path / "metrics.jsonl"
+  restored.write_jsonl(path)
+  lines = path.read_text().splitlines()
+  assert [json.loads(l)["update"] for l in lines] == [1, 2]
+  with pytest.raises(ValueError, match="scalars"):
+    history.append(3, {"loss": np.zeros(2)})
+
+
+def test_plot_learning_curve(tmp_path):
+  history = metrics.MetricHistory()
+  for u in range(5):
+    history.append(u, {"success_rate": u / 5})
+  history.append(4, {"eval/seen/success": 0.6})
+  path = tmp_path / "curve.png"
+  drawn = metrics.plot_learning_curve(history, path)
+  assert drawn == ["success_rate", "eval/seen/success"]
+  assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
