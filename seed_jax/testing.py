@@ -15,3 +15,31 @@ def tiny_config(family: str = "llama", **kw) -> model_lib.ModelConfig:
       eos_token_ids=(1,), pad_token_id=0, bos_token_id=2)
   base.update(kw)
   return model_lib.ModelConfig(**base)
+
+
+def tiny_policy(workdir=None, *, seed: int = 0, env_name: str = "household",
+                vocab_size: int = 600, **config_kw):
+  """A random tiny decoder with a BPE fitted to the environment's prompts.
+
+  Shaped like `policies.prepare` so that gin can use it as a `policy_fn`.
+  """
+  import jax  # pylint: disable=g-import-not-at-top
+  from seed_jax import policies  # pylint: disable=g-import-not-at-top
+  from seed_jax import prompts  # pylint: disable=g-import-not-at-top
+  from seed_jax import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  from seed_jax.envs import base  # pylint: disable=g-import-not-at-top
+  del workdir
+  pool = base.EnvPool(env_name, num_groups=2, group_size=1)
+  obs, infos = pool.reset([0, 1])
+  corpus = [prompts.build_prompt(env_name, env.task, [], o,
+                                 i["admissible_actions"])
+            for env, o, i in zip(pool.members, obs, infos)]
+  corpus += ["<think>go</think><action>look</action>",
+             '{"episode_summary": "s", "episode_skill": "k"}']
+  tok = tokenizer_lib.train_tokenizer(corpus * 3, vocab_size=vocab_size)
+  kw = dict(vocab_size=len(tok), max_position_embeddings=2048,
+            eos_token_ids=(tok.eos_token_id,), pad_token_id=tok.pad_token_id)
+  kw.update(config_kw)
+  config = tiny_config(**kw)
+  params = model_lib.init_params(config, jax.random.key(seed))
+  return policies.Policy(config, params, tok)

@@ -1,0 +1,154 @@
+"""Where the RL policy comes from: demo warm start, a Hugging Face folder or
+the SmolLM2 GGUF, optionally followed by Stage 1 (hindsight-skill SFT).
+
+The prepared policy is written once to `workdir/policy` (a Hugging Face
+folder with its tokenizer) and reloaded from there when the run resumes, so
+warm start and Stage 1 never run twice. It initializes the RL policy and is
+the KL reference.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import shutil
+import time
+from typing import Any
+
+from etils import epath
+import jax
+
+from seed_jax import annotators
+from seed_jax import hf
+from seed_jax import model as model_lib
+from seed_jax import rollout as rollout_lib
+from seed_jax import sampler as sampler_lib
+from seed_jax import stage1 as stage1_lib
+
+SOURCES = ("demo", "hf", "gguf")
+
+
+@dataclasses.dataclass
+class Policy:
+  config: model_lib.ModelConfig
+  params: Any
+  tokenizer: Any
+  report: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage1Config:
+  """Stage 1: roll out, annotate, fine-tune on (analysis prompt -> JSON)."""
+  num_tasks: int = 180
+  group_size: int = 8
+  max_steps: int = 30
+  history_length: int = 2
+  annotator: str = "rule"  # "rule" (ground truth) or "teacher"
+  epochs: int = 3
+  batch_size: int = 8
+  learning_rate: float = 1e-5
+  response_len_max: int = 256
+  max_prompt_chars: int | None = None
+  buckets: tuple[int, ...] = sampler_lib.DEFAULT_BUCKETS
+
+
+def _load_folder(folder: epath.Path) -> Policy:
+  config, params = hf.load_pretrained(str(folder))
+  return Policy(config, params, hf.load_tokenizer(str(folder)))
+
+
+def _save_folder(policy: Policy, folder: epath.Path) -> None:
+  """Writes the policy folder atomically (a temporary folder, then rename)."""
+  tmp = folder.parent / (folder.name + ".tmp")
+  if tmp.exists():
+    shutil.rmtree(tmp)
+  hf.save_pretrained(str(tmp), policy.config, policy.params,
+                     tokenizer=policy.tokenizer)
+  tmp.rename(folder)
+
+
+def run_stage1(policy: Policy, cfg: Stage1Config, workdir: epath.Path, *,
+               env_name: str, max_new_tokens: int, seed: int = 0,
+               teacher=None) -> Policy:
+  """Stage 1 on the policy's own rollouts; returns the fine-tuned policy."""
+  t0 = time.time()
+  rl_policy = rollout_lib.Policy(policy.config, policy.tokenizer,
+                                 max_new_tokens=max_new_tokens, min_rows=8,
+                                 buckets=cfg.buckets)
+  gen = lambda p, r: rl_policy.generate(policy.params, p, r,
+                                        sampler_lib.Temperature(1.0))
+  annotator = annotators.annotate if cfg.annotator == "rule" else teacher
+  if annotator is None:
+    raise ValueError("Stage 1 with annotator='teacher' needs a teacher")
+  records, stats = stage1_lib.collect_records(
+      gen, env_name, num_tasks=cfg.num_tasks, group_size=cfg.group_size,
+      max_steps=cfg.max_steps, annotator=annotator,
+      rng=jax.random.key(seed + 1), history_length=cfg.history_length,
+      max_prompt_chars=cfg.max_prompt_chars)
+  data_dir = workdir / "stage1_data"
+  stage1_lib.write_dataset(records, data_dir, seed=seed, overwrite=True)
+  train = stage1_lib.read_dataset(data_dir, "train")
+  val = stage1_lib.read_dataset(data_dir, "validation")
+  print(f"stage 1: {len(train)} train / {len(val)} validation records "
+        f"({stats}) in {time.time() - t0:.0f}s", flush=True)
+  params, report = stage1_lib.sft(
+      policy.params, policy.config, policy.tokenizer, train, val,
+      learning_rate=cfg.learning_rate, rng=jax.random.key(seed + 2),
+      epochs=cfg.epochs, batch_size=cfg.batch_size, buckets=cfg.buckets,
+      response_len_max=cfg.response_len_max)
+  print(f"stage 1 SFT: {report} ({time.time() - t0:.0f}s)", flush=True)
+  return Policy(policy.config, params, policy.tokenizer,
+                dict(policy.report, stage1=report))
+
+
+def prepare(workdir, *, seed: int = 0, source: str = "demo",
+            model_dir: str | None = None, dtype: str | None = None,
+            stage1: Stage1Config | None = None, env_name: str = "household",
+            max_new_tokens: int = 64, demo_kwargs: dict | None = None,
+            teacher=None) -> Policy:
+  """Builds, or reloads from `workdir/policy`, the policy RL starts from.
+
+  Args:
+    workdir: the run's directory.
+    seed: seeds the warm start and Stage 1.
+    source: "demo" (a small decoder trained from scratch here), "hf" (the
+      Hugging Face folder `model_dir`) or "gguf" (SmolLM2-135M-Instruct).
+    model_dir: the folder for source="hf".
+    dtype: compute dtype override (e.g. "bfloat16").
+    stage1: run Stage 1 before RL (None: skip it, "SEED without Stage 1").
+    env_name: the environment of Stage 1's rollouts.
+    max_new_tokens: the per-turn response budget of Stage-1 rollouts.
+    demo_kwargs: arguments of `demo.warm_start`.
+    teacher: an OpenAI-compatible teacher for Stage 1 with annotator="teacher".
+  """
+  if source not in SOURCES:
+    raise ValueError(f"unknown policy source {source!r}; known: {SOURCES}")
+  workdir = epath.Path(workdir)
+  folder = workdir / "policy"
+  if (folder / "config.json").exists():
+    logging.info("reloading the prepared policy from %s", folder)
+    return _load_folder(folder)
+  overrides = {"dtype": dtype} if dtype else {}
+  if source == "demo":
+    from seed_jax import demo  # pylint: disable=g-import-not-at-top
+    config, params, tok, report = demo.warm_start(seed=seed,
+                                                  **(demo_kwargs or {}))
+    policy = Policy(config, params, tok, {"warm_start": report})
+  elif source == "hf":
+    if not model_dir:
+      raise ValueError("source='hf' needs model_dir (a Hugging Face folder)")
+    config, params = hf.load_pretrained(model_dir, **overrides)
+    policy = Policy(config, params, hf.load_tokenizer(model_dir))
+  else:
+    config, params = hf.load_gguf(**overrides)
+    policy = Policy(config, params, hf.load_tokenizer())
+  hf.check_vocab(policy.tokenizer, policy.config)
+  if stage1 is None and source != "demo":
+    return policy  # nothing to cache: the source itself reloads
+  if stage1 is not None:
+    policy = run_stage1(policy, stage1, workdir, env_name=env_name,
+                        max_new_tokens=max_new_tokens, seed=seed,
+                        teacher=teacher)
+  if jax.process_index() == 0:
+    _save_folder(policy, folder)
+  return policy

@@ -1,0 +1,221 @@
+r"""Entry point: SEED / GRPO training configured with gin.
+
+  python -m seed_jax.train                       # configs/experiments/demo.gin
+  python -m seed_jax.train --gin_file=configs/experiments/smollm2.gin \
+      --gin.WORKDIR="'/tmp/run'" --gin.trainer.RLConfig.variant="'grpo'"
+
+`main` parses flags, reads gin and calls `train`; everything else is library
+code. The run is resumable: started again with the same workdir, it continues
+from the last complete checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from typing import Any, Callable
+
+from etils import epath
+import gin
+import jax
+import numpy as np
+
+from seed_jax import checkpoints
+from seed_jax import metrics as metrics_lib
+from seed_jax import policies
+from seed_jax import rollout as rollout_lib
+from seed_jax import train_step as ts
+from seed_jax import trainer as trainer_lib
+
+DEFAULT_GIN = "configs/experiments/demo.gin"
+
+
+class NonFiniteError(RuntimeError):
+  """Too many consecutive updates with a non-finite loss or gradient."""
+
+
+def _abstract_state(params_like, tx):
+  return jax.eval_shape(lambda p: ts.TrainState.create(p, tx), params_like)
+
+
+def train(workdir: str, *,
+          policy_fn: Callable[..., policies.Policy],
+          rl: trainer_lib.RLConfig,
+          env_name: str = "household",
+          env_kwargs: dict[str, Any] | None = None,
+          num_updates: int = 10,
+          learning_rate: float = 1e-6,
+          weight_decay: float = 0.01,
+          grad_clip: float = 1.0,
+          warmup_steps: int = 0,
+          seed: int = 0,
+          eval_every: int = 5,
+          eval_tasks: int = 32,
+          eval_temperature: float = 0.4,
+          checkpoint_every: int = 1,
+          max_to_keep: int = 2,
+          max_consecutive_nonfinite: int = 3,
+          teacher=None) -> dict[str, float]:
+  """Prepares the policy (warm start, Stage 1 as configured), then runs RL.
+
+  Args:
+    workdir: where config.gin, the policy folder, checkpoints, metrics,
+      TensorBoard events and the learning curve go.
+    policy_fn: `policy_fn(workdir, seed=) -> policies.Policy`; builds (or
+      reloads from `workdir/policy`) the Stage-1 policy, which is also the
+      KL reference.
+    rl: the update's knobs.
+    env_name, env_kwargs: the training environment.
+    num_updates: RL updates to run in total (resumed runs count from the
+      checkpoint).
+    learning_rate, weight_decay, grad_clip, warmup_steps: AdamW.
+    seed: the run's seed (rollout tasks and sampling derive from it).
+    eval_every: evaluate every this many updates (and at the end).
+    eval_tasks: tasks per split per evaluation.
+    eval_temperature: sampling temperature of evaluations (no skills).
+    checkpoint_every: save every this many updates (and at the end).
+    max_to_keep: checkpoints kept.
+    max_consecutive_nonfinite: stop after this many skipped updates in a row.
+    teacher: an OpenAI-compatible teacher for analyzer="external".
+
+  Returns:
+    The final evaluation metrics.
+  """
+  workdir = epath.Path(workdir)
+  checkpoints.check_writable(workdir)  # fail before any expensive work
+  is_writer = jax.process_index() == 0
+  if is_writer:
+    (workdir / "config.gin").write_text(gin.config_str())
+  writer = metrics_lib.make_writer(workdir)
+  policy = policy_fn(workdir, seed=seed)
+  config, tokenizer = policy.config, policy.tokenizer
+  ckpt = checkpoints.Checkpointer(workdir, model_config=config,
+                                  max_to_keep=max_to_keep,
+                                  save_interval=checkpoint_every)
+  tx = ts.make_optimizer(learning_rate, weight_decay=weight_decay,
+                         grad_clip=grad_clip, warmup_steps=warmup_steps)
+  rl_trainer = trainer_lib.RLTrainer(config, tokenizer, rl,
+                                     env_name=env_name, tx=tx,
+                                     env_kwargs=env_kwargs, teacher=teacher)
+  history = metrics_lib.MetricHistory()
+  base_rng = jax.random.key(seed)
+  restored = ckpt.restore_latest(_abstract_state(policy.params, tx),
+                                 jax.eval_shape(lambda p: p, policy.params))
+  if restored is None:
+    # The reference is a copy: the state's buffers are donated every step.
+    reference = jax.tree.map(lambda x: x.copy(), policy.params)
+    state = ts.TrainState.create(policy.params, tx)
+    start = 0
+  else:
+    state, reference = restored.state, restored.reference
+    history = metrics_lib.MetricHistory.from_json(restored.host.get("history"))
+    start = restored.step
+    logging.info("resumed from update %d in %s", start, workdir)
+    print(f"resumed from update {start}", flush=True)
+
+  eval_policy = rl_trainer.policy
+  nonfinite_run = 0
+
+  def run_eval(update):
+    out = {}
+    for split in ("eval_seen", "eval_unseen"):
+      res = trainer_lib.evaluate(
+          eval_policy, state.params, env_name=env_name, split=split,
+          num_tasks=eval_tasks, max_steps=rl.max_steps,
+          history_length=rl.history_length, temperature=eval_temperature,
+          rng=jax.random.fold_in(base_rng, 10_000_000 + update),
+          env_kwargs=env_kwargs)
+      out.update({f"eval/{split[5:]}/{k}": v for k, v in res.items()})
+    return out
+
+  if start == 0 and eval_every:
+    first = run_eval(0)
+    history.append(0, first)
+    writer.write_scalars(0, first)
+    print(f"update 0 | eval seen {first['eval/seen/success']:.3f} | "
+          f"unseen {first['eval/unseen/success']:.3f}", flush=True)
+
+  for update in range(start, num_updates):
+    rng = jax.random.fold_in(base_rng, update)
+    t = time.time()
+    state, scalars = rl_trainer.update(state, reference, rng,
+                                       update_index=update)
+    scalars["time/update"] = time.time() - t
+    done = update + 1
+    if scalars.get("skipped", 0) > 0:
+      nonfinite_run += 1
+      logging.warning("update %d: %d non-finite step(s) skipped", done,
+                      int(scalars["skipped"]))
+      if nonfinite_run >= max_consecutive_nonfinite:
+        ckpt.close()
+        raise NonFiniteError(
+            f"{nonfinite_run} consecutive updates had non-finite losses or "
+            f"gradients; stopped at update {done} without saving it. The last "
+            f"good checkpoint in {workdir} is intact.")
+    else:
+      nonfinite_run = 0
+    if eval_every and (done % eval_every == 0 or done == num_updates):
+      scalars.update(run_eval(done))
+    history.append(done, scalars)
+    writer.write_scalars(done, scalars)
+    print(metrics_lib.format_progress(done, scalars), flush=True)
+    if nonfinite_run == 0:
+      ckpt.save(done, state, reference=reference, rng=rng,
+                host={"history": history.to_json()},
+                force=done == num_updates)
+  ckpt.close()
+  writer.flush()
+  final = history.to_json()[-1] if len(history) else {}
+  if is_writer:
+    history.write_jsonl(workdir / "metrics.jsonl")
+    metrics_lib.plot_learning_curve(history, workdir / "learning_curve.png")
+    _print_table(final)
+  return {k: v for k, v in final.items() if k.startswith("eval/")}
+
+
+def _print_table(final: dict[str, Any]) -> None:
+  rows = sorted({k.split("/", 2)[2] for k in final if k.startswith("eval/")
+                 and k.count("/") == 2 and k.split("/")[2] != "tasks"})
+  if not rows:
+    return
+  print(f"\n{'':24s} {'seen':>8s} {'unseen':>8s}")
+  for r in rows:
+    seen = final.get(f"eval/seen/{r}")
+    unseen = final.get(f"eval/unseen/{r}")
+    fmt = lambda v: f"{v:8.3f}" if v is not None else f"{'-':>8s}"
+    print(f"{r:24s} {fmt(seen)} {fmt(unseen)}")
+
+
+def parse_flags(argv):
+  parser = argparse.ArgumentParser(description="SEED / GRPO training.")
+  parser.add_argument("--gin_file", action="append", default=None,
+                      help=f"gin config file(s); default {DEFAULT_GIN}")
+  parser.add_argument("--gin", action="append", default=[],
+                      metavar="BINDING", help="a gin binding, e.g. "
+                      "--gin.trainer.RLConfig.variant=\"'grpo'\"")
+  known, rest = parser.parse_known_args(argv)
+  # Accept the --gin.NAME=VALUE spelling as well as --gin NAME=VALUE.
+  for arg in rest:
+    if arg.startswith("--gin.") and "=" in arg:
+      known.gin.append(arg[len("--gin."):])
+    else:
+      parser.error(f"unrecognized argument {arg!r}")
+  return known
+
+
+def main(argv=None) -> None:
+  args = parse_flags(sys.argv[1:] if argv is None else argv)
+  logging.basicConfig(level=logging.WARNING)
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  gin.add_config_file_search_path(root)  # configs/ of a source checkout
+  files = args.gin_file or [DEFAULT_GIN]
+  gin.parse_config_files_and_bindings(files, args.gin, finalize_config=True)
+  gin.get_configurable(train)(gin.query_parameter("%WORKDIR"))
+
+
+if __name__ == "__main__":
+  main()
