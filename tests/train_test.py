@@ -60,3 +60,32 @@ def test_resume_gives_the_same_metrics(tmp_path):
 def test_unknown_binding_is_named(tmp_path):
   with pytest.raises(Exception, match="opd_coeff"):
     _run(str(tmp_path / "x"), "--gin.trainer.RLConfig.opd_coeff=0.0")
+
+
+def test_non_finite_updates_stop_the_run_and_keep_the_last_checkpoint(
+    tmp_path, monkeypatch):
+  from seed_jax import checkpoints
+  from seed_jax import train_step
+  workdir = str(tmp_path / "nan")
+  _run(workdir, "--gin.VARIANT='grpo'", "--gin.NUM_UPDATES=1")
+  real = train_step.rl_loss
+
+  def poisoned(*args, **kwargs):
+    loss, metrics = real(*args, **kwargs)
+    return loss * float("nan"), metrics
+
+  monkeypatch.setattr(train_step, "rl_loss", poisoned)
+  with pytest.raises(train.NonFiniteError, match="2 consecutive"):
+    _run(workdir, "--gin.VARIANT='grpo'", "--gin.NUM_UPDATES=5",
+         "--gin.train.train.max_consecutive_nonfinite=2")
+  ckpt = checkpoints.Checkpointer(workdir)
+  assert ckpt.all_steps() == [1]
+  ckpt.close()
+
+
+def test_workdir_of_another_model_is_a_clear_error(tmp_path):
+  workdir = str(tmp_path / "other")
+  _run(workdir, "--gin.VARIANT='grpo'", "--gin.NUM_UPDATES=1")
+  with pytest.raises(ValueError, match="different model"):
+    _run(workdir, "--gin.VARIANT='grpo'",
+         "--gin.testing.tiny_policy.hidden_size=32")
