@@ -31,13 +31,13 @@ import functools
 import math
 from typing import Any, Mapping
 
+import flax
 from flax import nnx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 Params = dict[str, Any]
-Cache = dict[str, jax.Array]
 
 FAMILIES = ("llama", "qwen2", "qwen3")
 
@@ -341,13 +341,88 @@ def positions_from_mask(mask: jax.Array) -> jax.Array:
   return jnp.maximum(jnp.cumsum(mask.astype(jnp.int32), axis=-1) - 1, 0)
 
 
+def _to_bits(x: jax.Array) -> jax.Array:
+  # XLA:CPU has no 16-bit float dynamic-slice or dynamic-update-slice: it
+  # rewrites them in float32 over the whole operand (every stacked weight, or
+  # the whole cache on each write). Their bit patterns as uint16 slice and
+  # update in place; bitcasting back is free.
+  if jnp.issubdtype(x.dtype, jnp.floating) and x.dtype.itemsize == 2:
+    return jax.lax.bitcast_convert_type(x, jnp.uint16)
+  return x
+
+
+def _from_bits(x: jax.Array, dtype) -> jax.Array:
+  if x.dtype == jnp.uint16 and jnp.dtype(dtype) != jnp.uint16:
+    return jax.lax.bitcast_convert_type(x, dtype)
+  return x
+
+
+@flax.struct.dataclass
+class Cache:
+  """A KV cache (`init_cache`); `forward` reads and writes it."""
+  k: jax.Array  # [L, B, K, S, E]
+  v: jax.Array  # [L, B, K, S, E]
+  # The dtype of the keys and values. A 16-bit float cache is stored as its
+  # uint16 bit patterns, which XLA:CPU updates in place (see `_to_bits`).
+  dtype: str = flax.struct.field(pytree_node=False, default="float32")
+
+
 def init_cache(config: ModelConfig, batch: int, length: int,
                dtype=None) -> Cache:
-  """An empty KV cache: k and v, each [L, B, S, K, E]."""
-  shape = (config.num_layers, batch, length, config.num_kv_heads,
+  """An empty KV cache for `batch` rows of `length` slots."""
+  shape = (config.num_layers, batch, config.num_kv_heads, length,
            config.head_dim)
   dt = jnp.dtype(dtype or config.dtype)
-  return {"k": jnp.zeros(shape, dt), "v": jnp.zeros(shape, dt)}
+  return Cache(k=_to_bits(jnp.zeros(shape, dt)),
+               v=_to_bits(jnp.zeros(shape, dt)), dtype=dt.name)
+
+
+def _qkv(x, p, cos, sin, c: ModelConfig, dt):
+  """Pre-norm q [B, T, H, E] and k, v [B, T, K, E], RoPE applied."""
+  h = _rms_norm(x, p["attn_norm"], c.rms_norm_eps)
+  q = _dot("btd,dhe->bthe", h, p["q_kernel"], dt)
+  k = _dot("btd,dke->btke", h, p["k_kernel"], dt)
+  v = _dot("btd,dke->btke", h, p["v_kernel"], dt)
+  if c.attention_bias:
+    q = q + p["q_bias"].astype(dt)
+    k = k + p["k_bias"].astype(dt)
+    v = v + p["v_bias"].astype(dt)
+  if c.qk_norm:
+    q = _rms_norm(q, p["q_norm"], c.rms_norm_eps)
+    k = _rms_norm(k, p["k_norm"], c.rms_norm_eps)
+  return _rope(q, cos, sin), _rope(k, cos, sin), v
+
+
+def _out_and_mlp(x, o, p, c: ModelConfig, dt):
+  """Residual output projection [B, T, H, E] -> [B, T, D], then the MLP."""
+  o = _dot("bthe,hed->btd", o, p["o_kernel"], dt)
+  if c.o_bias:
+    o = o + p["o_bias"].astype(dt)
+  x = x + o
+  h = _rms_norm(x, p["mlp_norm"], c.rms_norm_eps)
+  g = _dot("btd,df->btf", h, p["gate_kernel"], dt)
+  u = _dot("btd,df->btf", h, p["up_kernel"], dt)
+  return x + _dot("btf,fd->btd", jax.nn.silu(g) * u, p["down_kernel"], dt)
+
+
+def _attend_cached(q, k_all, v_all, bias, c: ModelConfig):
+  """Attention of q [B, T, H, E] over k_all, v_all [B, K, S, E] float32.
+
+  Written as two batched matmuls over (batch, kv head) with the query group
+  and time as rows: an einsum over the same axes is lowered on CPU to a
+  generic dot that is several times slower at T = 1.
+  """
+  B, T, _, E = q.shape
+  K, G, S = c.num_kv_heads, c.num_heads // c.num_kv_heads, k_all.shape[2]
+  qg = q.astype(jnp.float32).reshape(B, T, K, G, E).transpose(0, 2, 3, 1, 4)
+  qg = qg.reshape(B, K, G * T, E)
+  batch = ((0, 1), (0, 1))
+  att = jax.lax.dot_general(qg, k_all, (((3,), (3,)), batch))  # [B,K,GT,S]
+  att = att.reshape(B, K, G, T, S) * c.head_dim ** -0.5 + bias[:, None, None]
+  att = jax.nn.softmax(att, axis=-1).reshape(B, K, G * T, S)
+  o = jax.lax.dot_general(att, v_all, (((3,), (2,)), batch))  # [B,K,GT,E]
+  o = o.reshape(B, K, G, T, E).transpose(0, 3, 1, 2, 4)
+  return o.reshape(B, T, K * G, E).astype(q.dtype)
 
 
 def forward(params: Params, tokens: jax.Array, positions: jax.Array,
@@ -358,7 +433,9 @@ def forward(params: Params, tokens: jax.Array, positions: jax.Array,
 
   Without a cache, `tokens` attend causally among themselves. With a cache,
   their keys/values are written at slots [cache_index, cache_index + T) of
-  every row and the queries attend to all earlier valid slots.
+  every row and the queries attend to all earlier valid slots (only to the
+  first cache_index + T slots when `cache_index` is a Python int, as in a
+  prefill), in float32 whatever the cache dtype.
 
   Args:
     params: the parameter dict.
@@ -390,58 +467,66 @@ def forward(params: Params, tokens: jax.Array, positions: jax.Array,
   G = c.num_heads // c.num_kv_heads
   scale = c.head_dim ** -0.5
 
-  def block(x, layer):
-    p, ck, cv = layer
-    h = _rms_norm(x, p["attn_norm"], c.rms_norm_eps)
-    q = _dot("btd,dhe->bthe", h, p["q_kernel"], dt)
-    k = _dot("btd,dke->btke", h, p["k_kernel"], dt)
-    v = _dot("btd,dke->btke", h, p["v_kernel"], dt)
-    if c.attention_bias:
-      q = q + p["q_bias"].astype(dt)
-      k = k + p["k_bias"].astype(dt)
-      v = v + p["v_bias"].astype(dt)
-    if c.qk_norm:
-      q = _rms_norm(q, p["q_norm"], c.rms_norm_eps)
-      k = _rms_norm(k, p["k_norm"], c.rms_norm_eps)
-    q, k = _rope(q, cos, sin), _rope(k, cos, sin)
-    if ck is not None:
-      ck = jax.lax.dynamic_update_slice_in_dim(ck, k.astype(ck.dtype),
-                                               cache_index, axis=1)
-      cv = jax.lax.dynamic_update_slice_in_dim(cv, v.astype(cv.dtype),
-                                               cache_index, axis=1)
-      k_all, v_all = ck.astype(dt), cv.astype(dt)
-    else:
-      k_all, v_all = k, v
+  if cache is not None:
+    return _forward_cached(params, x, cos, sin, bias, c, cache, cache_index)
+
+  def block(x, p):
+    q, k, v = _qkv(x, p, cos, sin, c, dt)
     q = q.reshape(B, T, c.num_kv_heads, G, c.head_dim)
-    att = jnp.einsum("btkge,bske->bkgts", q, k_all,
+    att = jnp.einsum("btkge,bske->bkgts", q, k,
                      preferred_element_type=jnp.float32) * scale
     att = att + bias[:, None, None]
     att = jax.nn.softmax(att, axis=-1).astype(dt)
-    o = jnp.einsum("bkgts,bske->btkge", att, v_all,
+    o = jnp.einsum("bkgts,bske->btkge", att, v,
                    preferred_element_type=jnp.float32).astype(dt)
     o = o.reshape(B, T, c.num_heads, c.head_dim)
-    o = _dot("bthe,hed->btd", o, p["o_kernel"], dt)
-    if c.o_bias:
-      o = o + p["o_bias"].astype(dt)
-    x = x + o
-    h = _rms_norm(x, p["mlp_norm"], c.rms_norm_eps)
-    g = _dot("btd,df->btf", h, p["gate_kernel"], dt)
-    u = _dot("btd,df->btf", h, p["up_kernel"], dt)
-    x = x + _dot("btf,fd->btd", jax.nn.silu(g) * u, p["down_kernel"], dt)
-    return x, (ck, cv)
+    return _out_and_mlp(x, o, p, c, dt), None
 
   if remat:
     block = jax.checkpoint(block)
-  if cache is None:
-    x, _ = jax.lax.scan(lambda x, p: block(x, (p, None, None)), x,
-                        params["layers"])
-    new_cache = None
-  else:
-    x, (ks, vs) = jax.lax.scan(block, x,
-                               (params["layers"], cache["k"], cache["v"]))
-    new_cache = {"k": ks, "v": vs}
+  x, _ = jax.lax.scan(block, x, params["layers"])
   x = _rms_norm(x, params["final_norm"]["scale"], c.rms_norm_eps)
-  return x, new_cache
+  return x, None
+
+
+def _forward_cached(params, x, cos, sin, bias, c: ModelConfig, cache: Cache,
+                    cache_index) -> tuple[jax.Array, Cache]:
+  """The blocks of `forward` with a KV cache (inference only)."""
+  dt = jnp.dtype(c.dtype)
+  kv_dt = jnp.dtype(cache.dtype)
+  T = x.shape[1]
+  # A static slot bounds the keys to read: a prefill of T tokens at slot 0
+  # attends over T slots, not the whole cache.
+  hi = cache_index + T if isinstance(cache_index, int) else bias.shape[-1]
+  bias = bias[..., :hi]
+  dtypes = jax.tree.map(lambda a: a.dtype, params["layers"])
+
+  # The cache rides in the carry and is updated in place; as scanned inputs
+  # and outputs it would be copied whole on every step.
+  def block(carry, bits):
+    x, ks, vs, i = carry
+    p = jax.tree.map(_from_bits, bits, dtypes)
+    q, k, v = _qkv(x, p, cos, sin, c, dt)
+    k = k.astype(kv_dt).transpose(0, 2, 1, 3)[None]  # [1, B, K, T, E]
+    v = v.astype(kv_dt).transpose(0, 2, 1, 3)[None]
+    at = (i, 0, 0, cache_index, 0)
+    ks = jax.lax.dynamic_update_slice(ks, _to_bits(k), at)
+    vs = jax.lax.dynamic_update_slice(vs, _to_bits(v), at)
+    if isinstance(cache_index, int) and cache_index == 0:
+      k_all, v_all = k[0], v[0]
+    else:
+      k_all = jax.lax.dynamic_index_in_dim(ks, i, keepdims=False)[:, :, :hi]
+      v_all = jax.lax.dynamic_index_in_dim(vs, i, keepdims=False)[:, :, :hi]
+      k_all, v_all = _from_bits(k_all, kv_dt), _from_bits(v_all, kv_dt)
+    o = _attend_cached(q, k_all.astype(jnp.float32),
+                       v_all.astype(jnp.float32), bias, c)
+    return (_out_and_mlp(x, o, p, c, dt), ks, vs, i + 1), None
+
+  layers = jax.tree.map(_to_bits, params["layers"])
+  (x, ks, vs, _), _ = jax.lax.scan(
+      block, (x, cache.k, cache.v, jnp.zeros((), jnp.int32)), layers)
+  x = _rms_norm(x, params["final_norm"]["scale"], c.rms_norm_eps)
+  return x, cache.replace(k=ks, v=vs)
 
 
 def logits(params: Params, hidden: jax.Array, *,

@@ -21,7 +21,7 @@ import numpy as np
 import optax
 
 from seed_jax import advantages as adv_lib
-from seed_jax import losses as losses_lib
+from seed_jax import metrics as metrics_lib
 from seed_jax import rollout as rollout_lib
 from seed_jax import sampler as sampler_lib
 from seed_jax import scorer
@@ -257,7 +257,8 @@ class RLTrainer:
     train_keys = ("prompts", "prompt_mask", "responses", "response_mask",
                   "old_logp", "ref_logp", "skill_logp", "advantages",
                   "analyzed")
-    acc: dict[str, list[float]] = collections.defaultdict(list)
+    avg = metrics_lib.Averager()  # on device; one host sync per update
+    num_steps = 0
     rows = batch["prompts"].shape[0]
     for epoch in range(rl.ppo_epochs):
       perm = np.asarray(jax.random.permutation(
@@ -266,12 +267,11 @@ class RLTrainer:
         idx = perm[start:start + rl.mini_batch_size]
         mb = {k: batch[k][idx] for k in train_keys}
         state, m = self.step_fn(state, mb)
-        for k, v in jax.device_get(m).items():
-          acc[k].append(float(v))
+        avg.update(m)
+        num_steps += 1
+    metrics.update(avg.compute())
+    metrics["skipped"] = round(metrics["skipped"] * num_steps)  # a count
     times["time/train"] = time.time() - t
-
-    for k, v in acc.items():
-      metrics[k] = float(np.sum(v)) if k == "skipped" else float(np.mean(v))
     metrics.update(times)
     metrics.update({
         "success_rate": float(np.mean([e.success for e in episodes])),
