@@ -151,6 +151,17 @@ def shard_batch(tree: Any, mesh: Mesh, rules=DEFAULT_RULES) -> Any:
   return jax.tree.map(put, tree)
 
 
+def host_to_global(tree: Any, shardings: Any) -> Any:
+  """Host arrays, the same on every process -> global arrays, by callback.
+
+  Each device takes its own slice; nothing is gathered on one device.
+  """
+  def put(x, sh):
+    x = np.asarray(x)
+    return jax.make_array_from_callback(x.shape, sh, lambda idx: x[idx])
+  return jax.tree.map(put, tree, shardings)
+
+
 def pjit(fn: Callable, *, in_shardings=None, out_shardings=None,
          donate_argnums=(), static_argnames=()) -> Callable:
   """`jax.jit` with explicit shardings and donation (today's pjit)."""

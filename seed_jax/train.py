@@ -22,12 +22,13 @@ from typing import Any, Callable
 from etils import epath
 import gin
 import jax
-import numpy as np
 
 from seed_jax import checkpoints
+from seed_jax import distributed
+from seed_jax import faults
 from seed_jax import metrics as metrics_lib
+from seed_jax import partitioning
 from seed_jax import policies
-from seed_jax import rollout as rollout_lib
 from seed_jax import train_step as ts
 from seed_jax import trainer as trainer_lib
 
@@ -36,10 +37,6 @@ DEFAULT_GIN = "configs/experiments/demo.gin"
 
 class NonFiniteError(RuntimeError):
   """Too many consecutive updates with a non-finite loss or gradient."""
-
-
-def _abstract_state(params_like, tx):
-  return jax.eval_shape(lambda p: ts.TrainState.create(p, tx), params_like)
 
 
 def train(workdir: str, *,
@@ -59,6 +56,8 @@ def train(workdir: str, *,
           checkpoint_every: int = 1,
           max_to_keep: int = 2,
           max_consecutive_nonfinite: int = 3,
+          mesh_shape: tuple[int, int, int] | None = None,
+          rollout_chunks: int | None = None,
           teacher=None) -> dict[str, float]:
   """Prepares the policy (warm start, Stage 1 as configured), then runs RL.
 
@@ -80,6 +79,10 @@ def train(workdir: str, *,
     checkpoint_every: save every this many updates (and at the end).
     max_to_keep: checkpoints kept.
     max_consecutive_nonfinite: stop after this many skipped updates in a row.
+    mesh_shape: (data, fsdp, tensor) sizes of the training mesh over every
+      process's devices (one size may be -1); None: one device.
+    rollout_chunks: independent rollout chunks per update, split across
+      processes (default: the process count).
     teacher: an OpenAI-compatible teacher for analyzer="external".
 
   Returns:
@@ -98,17 +101,18 @@ def train(workdir: str, *,
                                   save_interval=checkpoint_every)
   tx = ts.make_optimizer(learning_rate, weight_decay=weight_decay,
                          grad_clip=grad_clip, warmup_steps=warmup_steps)
-  rl_trainer = trainer_lib.RLTrainer(config, tokenizer, rl,
-                                     env_name=env_name, tx=tx,
-                                     env_kwargs=env_kwargs, teacher=teacher)
+  mesh = partitioning.make_mesh(mesh_shape) if mesh_shape else None
+  rl_trainer = trainer_lib.RLTrainer(
+      config, tokenizer, rl, env_name=env_name, tx=tx, mesh=mesh,
+      rollout_chunks=rollout_chunks, env_kwargs=env_kwargs, teacher=teacher)
   history = metrics_lib.MetricHistory()
   base_rng = jax.random.key(seed)
-  restored = ckpt.restore_latest(_abstract_state(policy.params, tx),
-                                 jax.eval_shape(lambda p: p, policy.params))
+  restored = ckpt.restore_latest(rl_trainer.abstract_state(),
+                                 rl_trainer.abstract_params())
   if restored is None:
-    # The reference is a copy: the state's buffers are donated every step.
-    reference = jax.tree.map(lambda x: x.copy(), policy.params)
-    state = ts.TrainState.create(policy.params, tx)
+    # Both are copies on the mesh: the state's buffers are donated each step.
+    reference = rl_trainer.place_params(policy.params)
+    state = rl_trainer.create_state(policy.params)
     start = 0
   else:
     state, reference = restored.state, restored.reference
@@ -122,9 +126,10 @@ def train(workdir: str, *,
 
   def run_eval(update):
     out = {}
+    params = rl_trainer.local_params(state.params)
     for split in ("eval_seen", "eval_unseen"):
       res = trainer_lib.evaluate(
-          eval_policy, state.params, env_name=env_name, split=split,
+          eval_policy, params, env_name=env_name, split=split,
           num_tasks=eval_tasks, max_steps=rl.max_steps,
           history_length=rl.history_length, temperature=eval_temperature,
           rng=jax.random.fold_in(base_rng, 10_000_000 + update),
@@ -167,6 +172,7 @@ def train(workdir: str, *,
       ckpt.save(done, state, reference=reference, rng=rng,
                 host={"history": history.to_json()},
                 force=done == num_updates)
+      faults.maybe_crash("checkpoint", update)
   ckpt.close()
   writer.flush()
   final = history.to_json()[-1] if len(history) else {}
@@ -209,6 +215,7 @@ def parse_flags(argv):
 
 def main(argv=None) -> None:
   args = parse_flags(sys.argv[1:] if argv is None else argv)
+  distributed.initialize()  # multi-host when the launch asks (SEED_* env)
   logging.basicConfig(level=logging.WARNING)
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   gin.add_config_file_search_path(root)  # configs/ of a source checkout
@@ -218,4 +225,7 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-  main()
+  # Under `python -m`, this file runs as __main__; gin knows the function as
+  # seed_jax.train.train, so run the imported module's main.
+  from seed_jax import train as _registered  # pylint: disable=g-import-not-at-top
+  _registered.main()

@@ -21,7 +21,12 @@ import numpy as np
 import optax
 
 from seed_jax import advantages as adv_lib
+from seed_jax import checkpoints
+from seed_jax import distributed
+from seed_jax import faults
 from seed_jax import metrics as metrics_lib
+from seed_jax import model as model_lib
+from seed_jax import partitioning
 from seed_jax import rollout as rollout_lib
 from seed_jax import sampler as sampler_lib
 from seed_jax import scorer
@@ -30,6 +35,8 @@ from seed_jax import train_step as ts
 from seed_jax.envs import base as envs_base
 
 VARIANTS = ("grpo", "seed", "opid")
+TRAIN_KEYS = ("prompts", "prompt_mask", "responses", "response_mask",
+              "old_logp", "ref_logp", "skill_logp", "advantages", "analyzed")
 ANALYZERS = ("self", "external")
 
 
@@ -110,36 +117,165 @@ def _in_chunks(fn: Callable[..., Any], arrays: Sequence[np.ndarray],
   return [np.concatenate(outs)]
 
 
+def state_shardings(tx: optax.GradientTransformation, param_shardings: Any,
+                    mesh) -> ts.TrainState:
+  """TrainState shardings: optimizer moments like their params, the rest
+  (step, counts) replicated."""
+  rep = partitioning.replicated(mesh)
+  shapes = jax.tree.map(lambda s: jax.ShapeDtypeStruct((), np.float32),
+                        param_shardings)
+  abstract = jax.eval_shape(lambda p: ts.TrainState.create(p, tx), shapes)
+  opt = optax.tree_map_params(tx, lambda _, sh: sh, abstract.opt_state,
+                              param_shardings,
+                              transform_non_params=lambda _: rep)
+  return ts.TrainState(step=rep, params=param_shardings, opt_state=opt)
+
+
+@dataclasses.dataclass
+class Collected:
+  """What the rollout phase of an update hands to the learning phase."""
+  samples: list[rollout_lib.Sample]
+  episodes: list[Any]  # Episode, indexed by traj_uid
+  skills: dict[int, str]  # traj_uid -> parsed hindsight skill
+  metrics: dict[str, float]
+
+
 class RLTrainer:
-  """Runs SEED/GRPO updates for one policy on one environment."""
+  """Runs SEED/GRPO updates for one policy on one environment.
+
+  The train state and the reference live on a (data, fsdp, tensor) mesh (one
+  device by default); the scorer and the train step are jitted with explicit
+  shardings. Rollouts and self-analysis run in `rollout_chunks` independent
+  chunks of task groups; each process plays its share of the chunks with a
+  full copy of the weights on its first local device, and the samples are
+  gathered on every process. Chunk c has its own rng, seeds and trajectory
+  ids, so an update does not depend on how many processes share the work.
+
+  Example (every process runs the same lines):
+
+    rl_trainer = RLTrainer(config, tok, rl, env_name="household", tx=tx,
+                           mesh=partitioning.make_mesh((-1, 1, 1)))
+    state = rl_trainer.create_state(host_params)
+    reference = rl_trainer.place_params(host_params)
+    state, scalars = rl_trainer.update(state, reference, rng, update_index=0)
+  """
 
   def __init__(self, model_config, tokenizer, rl: RLConfig, *, env_name: str,
-               tx: optax.GradientTransformation, env_kwargs=None,
+               tx: optax.GradientTransformation, mesh=None,
+               rollout_chunks: int | None = None, rules=None, env_kwargs=None,
                teacher=None):
+    """Builds the policy wrapper, the environments and the jitted functions.
+
+    Args:
+      model_config, tokenizer: the policy's.
+      rl: the update's knobs.
+      env_name, env_kwargs: the training environment.
+      tx: the optimizer.
+      mesh: the mesh of the state and the train step (default: one device).
+      rollout_chunks: independent rollout chunks per update (default: the
+        process count); a multiple of the process count dividing
+        `rl.num_groups`. Keep it fixed to compare runs on different hosts.
+      rules: logical-to-mesh rules (default `partitioning.DEFAULT_RULES`).
+      teacher: an OpenAI-compatible teacher for analyzer="external".
+
+    Raises:
+      ValueError: chunks that do not split the groups or the processes, a
+        mini-batch that the data-parallel size does not divide, or an
+        external analyzer without a teacher.
+    """
     self.config = model_config
     self.tokenizer = tokenizer
     self.rl = rl
+    self.tx = tx
     self.env_name = env_name
     self.env_kwargs = dict(env_kwargs or {})
     self.teacher = teacher
     if rl.analyzes and rl.analyzer == "external" and teacher is None:
       raise ValueError("analyzer='external' needs a teacher (an "
                        "OpenAI-compatible endpoint)")
+    rules = rules or partitioning.DEFAULT_RULES
+    self.mesh = mesh or partitioning.make_mesh((1, 1, 1), jax.devices()[:1])
+    self.chunks = rollout_chunks or jax.process_count()
+    if rl.num_groups % self.chunks or self.chunks % jax.process_count():
+      raise ValueError(
+          f"rollout_chunks={self.chunks} must divide num_groups="
+          f"{rl.num_groups} and be a multiple of the {jax.process_count()} "
+          "processes")
+    dp = partitioning.data_parallel_size(self.mesh, rules)
+    if rl.mini_batch_size % (dp * rl.micro_batches):
+      raise ValueError(
+          f"mini_batch_size={rl.mini_batch_size} does not split into "
+          f"{rl.micro_batches} micro-batches over the {dp}-way data-parallel "
+          f"mesh {dict(self.mesh.shape)}")
     self.policy = rollout_lib.Policy(
         model_config, tokenizer, max_new_tokens=rl.max_new_tokens,
         buckets=rl.prompt_buckets, min_rows=8)
+    self.pad_id = self.policy.pad_id
     self.pool = envs_base.EnvPool(
-        env_name, num_groups=rl.num_groups, group_size=rl.group_size,
-        split="train", max_steps=rl.max_steps, **self.env_kwargs)
+        env_name, num_groups=rl.num_groups // self.chunks,
+        group_size=rl.group_size, split="train", max_steps=rl.max_steps,
+        **self.env_kwargs)
+
+    self.param_shardings = partitioning.param_shardings(model_config,
+                                                        self.mesh, rules)
+    self.state_shardings = state_shardings(tx, self.param_shardings,
+                                           self.mesh)
+    rep = partitioning.replicated(self.mesh)
+    self._rows = partitioning.batch_sharding(self.mesh, 1, rules)
     loss_fn = functools.partial(ts.rl_loss, config=model_config,
                                 remat=rl.remat, **rl.loss_kwargs())
-    self.step_fn = ts.jit_train_step(tx, loss_fn,
-                                     num_micro_batches=rl.micro_batches)
-    self.pad_id = self.policy.pad_id
-    self._dual = functools.partial(scorer.score_dual, config=model_config)
-    self._single = functools.partial(scorer.score, config=model_config)
+    step = jax.jit(
+        functools.partial(ts.train_step, tx=tx, loss_fn=loss_fn,
+                          num_micro_batches=rl.micro_batches),
+        in_shardings=(self.state_shardings, self._rows),
+        out_shardings=(self.state_shardings, rep), donate_argnums=(0,))
+    self.step_fn = lambda state, mb: step(state, self._global(mb))
+    psh, rows = self.param_shardings, self._rows
+    dual = jax.jit(lambda p, *a: scorer.score_dual(p, *a, config=model_config),
+                   in_shardings=(psh,) + (rows,) * 6, out_shardings=(rep, rep))
+    single = jax.jit(lambda p, *a: scorer.score(p, *a, config=model_config),
+                     in_shardings=(psh,) + (rows,) * 4, out_shardings=rep)
+    self._dual = lambda params, *a: dual(params, *self._global(a))
+    self._single = lambda params, *a: single(params, *self._global(a))
+    self._replicate = jax.jit(lambda p: p, out_shardings=rep)
+    self._create = jax.jit(lambda p: ts.TrainState.create(p, tx),
+                           out_shardings=self.state_shardings)
 
-  # -- phases ---------------------------------------------------------------
+  def _global(self, tree):
+    return partitioning.host_to_global(
+        tree, jax.tree.map(lambda _: self._rows, tree))
+
+  # -- placement ------------------------------------------------------------
+
+  def place_params(self, params) -> Any:
+    """Host (or single-device) params -> global arrays on the mesh (a copy)."""
+    return partitioning.host_to_global(jax.device_get(params),
+                                       self.param_shardings)
+
+  def create_state(self, params) -> ts.TrainState:
+    """A fresh TrainState on the mesh from host params."""
+    return self._create(self.place_params(params))
+
+  def abstract_state(self) -> ts.TrainState:
+    """The state as sharded ShapeDtypeStructs: the target of a restore."""
+    shapes = jax.eval_shape(lambda p: ts.TrainState.create(p, self.tx),
+                            model_lib.param_shapes(self.config))
+    return checkpoints.abstract_tree(shapes, self.state_shardings)
+
+  def abstract_params(self) -> Any:
+    return checkpoints.abstract_tree(model_lib.param_shapes(self.config),
+                                     self.param_shardings)
+
+  def local_params(self, params) -> Any:
+    """A full copy of `params` on this process's first local device.
+
+    A collective (every process calls it). Sampling runs on that copy, with
+    no cross-host traffic per token.
+    """
+    full = self._replicate(params)
+    return jax.tree.map(lambda x: x.addressable_data(0), full)
+
+  # -- rollout phase ----------------------------------------------------------
 
   def _analyze(self, params, episodes, rng) -> tuple[dict[int, str], dict]:
     """Self- or external analysis -> {traj_uid: skill}, stats."""
@@ -164,26 +300,64 @@ class RLTrainer:
     return found, {"analyses_parsed": stats.rate,
                    "analysis_steps_cut": float(sum(b.steps_cut for b in built))}
 
-  def update(self, state: ts.TrainState, ref_params, rng: jax.Array, *,
-             update_index: int) -> tuple[ts.TrainState, dict[str, float]]:
-    """One RL update; returns the new state and host-side metrics."""
+  def _play_chunk(self, params, chunk: int, rng_roll, rng_an,
+                  update_index: int) -> dict[str, Any]:
     rl = self.rl
-    times = {}
-    t = time.time()
-    rng_roll, rng_an, rng_perm = jax.random.split(rng, 3)
-    seeds = envs_base.split_seeds("train", rl.num_groups,
-                                  start=update_index * rl.num_groups)
+    groups = rl.num_groups // self.chunks
+    start = update_index * rl.num_groups + chunk * groups
+    seeds = envs_base.split_seeds("train", groups, start=start)
     gen = lambda prompts, r: self.policy.generate(
-        state.params, prompts, r, sampler_lib.Temperature(rl.temperature))
-    res = rollout_lib.rollout(
-        gen, self.pool, rng_roll, env_name=self.env_name,
-        max_steps=rl.max_steps, history_length=rl.history_length,
-        group_seeds=seeds, uid_offset=update_index * rl.num_groups)
-    samples, episodes = res.samples, res.episodes
-    times["time/rollout"] = time.time() - t
-
-    # Scores and GRPO advantages over step samples.
+        params, prompts, r, sampler_lib.Temperature(rl.temperature))
+    truncated = self.policy.prompts_truncated
     t = time.time()
+    res = rollout_lib.rollout(
+        gen, self.pool, jax.random.fold_in(rng_roll, chunk),
+        env_name=self.env_name, max_steps=rl.max_steps,
+        history_length=rl.history_length, group_seeds=seeds, uid_offset=start)
+    faults.maybe_crash("rollout", update_index)
+    shift = chunk * groups * rl.group_size  # trajectory ids stay unique
+    for s in res.samples:
+      s.traj_uid += shift
+    for e in res.episodes:
+      e.traj_uid += shift
+    rollout_time, t = time.time() - t, time.time()
+    found, an = {}, {}
+    if rl.analyzes:
+      found, an = self._analyze(params, res.episodes,
+                                jax.random.fold_in(rng_an, chunk))
+      faults.maybe_crash("analysis", update_index)
+    return dict(res=res, found=found, an=an, rollout_time=rollout_time,
+                analysis_time=time.time() - t,
+                truncated=self.policy.prompts_truncated - truncated)
+
+  def collect(self, params, rng: jax.Array, *, update_index: int) -> Collected:
+    """Rollouts and analyses of every chunk, gathered on every process."""
+    rng_roll, rng_an = jax.random.split(rng)
+    local = self.local_params(params)
+    mine = distributed.process_slice(range(self.chunks))
+    parts = [self._play_chunk(local, c, rng_roll, rng_an, update_index)
+             for c in mine]
+    times = {"time/rollout": sum(p["rollout_time"] for p in parts),
+             "time/analysis": sum(p["analysis_time"] for p in parts)}
+    parts = [p for proc in distributed.allgather_objects(parts) for p in proc]
+    samples = [s for p in parts for s in p["res"].samples]
+    episodes = [e for p in parts for e in p["res"].episodes]
+    found = {k: v for p in parts for k, v in p["found"].items()}
+    sizes = [len(p["res"].episodes) for p in parts]
+    metrics = {"env_steps": float(sum(p["res"].env_steps for p in parts)),
+               "prompts_truncated": float(sum(p["truncated"] for p in parts)),
+               **times}  # this process's times
+    for key in (parts[0]["an"] if parts else {}):
+      vals = [p["an"][key] for p in parts]
+      metrics[key] = (float(np.average(vals, weights=sizes))
+                      if key == "analyses_parsed" else float(np.sum(vals)))
+    return Collected(samples, episodes, found, metrics)
+
+  # -- learning phase -------------------------------------------------------
+
+  def _batch(self, state, ref_params, c: Collected) -> tuple[dict, dict]:
+    """Advantages, skill prompts and the three log-probs of every sample."""
+    rl, samples, episodes, found = self.rl, c.samples, c.episodes, c.skills
     returns = np.asarray([episodes[s.traj_uid].episode_return
                           for s in samples], np.float32)
     valid = np.asarray([s.action_valid for s in samples])
@@ -194,21 +368,9 @@ class RLTrainer:
     adv = np.asarray(adv_lib.grpo(scores, gids, tids, num_groups=ng,
                                   num_trajs=nt, norm=rl.adv_norm,
                                   stats_over=rl.adv_stats_over))
-
-    # Self-analysis with the pre-update weights.
-    metrics: dict[str, float] = {}
-    found: dict[int, str] = {}
-    if rl.analyzes:
-      found, an_metrics = self._analyze(state.params, episodes, rng_an)
-      metrics.update(an_metrics)
-    times["time/analysis"] = time.time() - t
-
-    # Dual-context scoring: plain and skill-augmented prompts, one call.
-    t = time.time()
     arrays = rollout_lib.pad_samples(samples, pad_id=self.pad_id,
                                      prompt_buckets=rl.prompt_buckets,
                                      response_len=rl.max_new_tokens)
-    sampler_logp = arrays["old_logp"]
     analyzed = np.asarray([s.traj_uid in found for s in samples])
     skill_ids = [
         self.policy.encode(skills.build_skill_prompt(s.prompt,
@@ -216,30 +378,28 @@ class RLTrainer:
         if s.traj_uid in found else s.prompt_ids for s in samples]
     sk = sampler_lib.pad_left(skill_ids, buckets=rl.prompt_buckets,
                               pad_id=self.pad_id)
-    batch = dict(arrays, skill_prompts=sk.tokens, skill_mask=sk.mask,
-                 advantages=np.broadcast_to(
-                     adv[:, None], arrays["responses"].shape).astype(np.float32),
-                 analyzed=analyzed)
     n = len(samples)
-    batch = _pad_rows(batch, rl.mini_batch_size)
+    batch = _pad_rows(dict(
+        arrays, skill_prompts=sk.tokens, skill_mask=sk.mask,
+        advantages=np.broadcast_to(
+            adv[:, None], arrays["responses"].shape).astype(np.float32),
+        analyzed=analyzed), rl.mini_batch_size)
     b = batch
-    if rl.analyzes:
+    plain = (b["prompts"], b["prompt_mask"], b["responses"],
+             b["response_mask"])
+    if rl.analyzes:  # ordinary and skill-augmented contexts in one call
       old_logp, skill_logp = _in_chunks(
-          functools.partial(self._dual, state.params), (b["prompts"], b["prompt_mask"], b["skill_prompts"],
-                       b["skill_mask"], b["responses"], b["response_mask"]),
-          rl.mini_batch_size)
+          functools.partial(self._dual, state.params),
+          (b["prompts"], b["prompt_mask"], b["skill_prompts"], b["skill_mask"],
+           b["responses"], b["response_mask"]), rl.mini_batch_size)
     else:
-      (old_logp,) = _in_chunks(
-          functools.partial(self._single, state.params), (b["prompts"], b["prompt_mask"], b["responses"],
-                         b["response_mask"]), rl.mini_batch_size)
+      (old_logp,) = _in_chunks(functools.partial(self._single, state.params),
+                               plain, rl.mini_batch_size)
       skill_logp = old_logp
+    ref_logp = old_logp
     if rl.kl_coef:
-      (ref_logp,) = _in_chunks(
-          functools.partial(self._single, ref_params),
-          (b["prompts"], b["prompt_mask"], b["responses"],
-           b["response_mask"]), rl.mini_batch_size)
-    else:
-      ref_logp = old_logp
+      (ref_logp,) = _in_chunks(functools.partial(self._single, ref_params),
+                               plain, rl.mini_batch_size)
     if rl.variant == "opid":
       batch["advantages"] = np.asarray(adv_lib.opid_shaping(
           batch["advantages"], skill_logp, old_logp, batch["analyzed"],
@@ -247,40 +407,55 @@ class RLTrainer:
     batch.update(old_logp=old_logp, skill_logp=skill_logp, ref_logp=ref_logp)
     rmask = arrays["response_mask"].astype(bool)
     gap = (skill_logp[:n] - old_logp[:n])[rmask & analyzed[:, None]]
-    metrics["logp_agreement"] = float(
-        np.abs(old_logp[:n] - sampler_logp)[rmask].mean()) if rmask.any() else 0.0
-    metrics["skill_logp_gap"] = float(gap.mean()) if gap.size else 0.0
-    times["time/scoring"] = time.time() - t
+    diff = np.abs(old_logp[:n] - arrays["old_logp"])[rmask]
+    return batch, {
+        "logp_agreement": float(diff.mean()) if diff.size else 0.0,
+        "skill_logp_gap": float(gap.mean()) if gap.size else 0.0,
+        "valid_action_ratio": float(valid.mean()) if n else 0.0}
 
-    # Mini-batched optimizer steps over a shuffled order.
-    t = time.time()
-    train_keys = ("prompts", "prompt_mask", "responses", "response_mask",
-                  "old_logp", "ref_logp", "skill_logp", "advantages",
-                  "analyzed")
+  def _learn(self, state, batch, rng: jax.Array, *,
+             update_index: int) -> tuple[Any, dict]:
+    """Mini-batched optimizer steps over shuffled rows, ppo_epochs times."""
+    rl = self.rl
     avg = metrics_lib.Averager()  # on device; one host sync per update
     num_steps = 0
     rows = batch["prompts"].shape[0]
     for epoch in range(rl.ppo_epochs):
       perm = np.asarray(jax.random.permutation(
-          jax.random.fold_in(rng_perm, epoch), rows))
+          jax.random.fold_in(rng, epoch), rows))
       for start in range(0, rows, rl.mini_batch_size):
         idx = perm[start:start + rl.mini_batch_size]
-        mb = {k: batch[k][idx] for k in train_keys}
-        state, m = self.step_fn(state, mb)
+        state, m = self.step_fn(state, {k: batch[k][idx] for k in TRAIN_KEYS})
         avg.update(m)
         num_steps += 1
-    metrics.update(avg.compute())
+        if num_steps == 1:
+          faults.maybe_crash("train_step", update_index)
+    metrics = avg.compute()
     metrics["skipped"] = round(metrics["skipped"] * num_steps)  # a count
-    times["time/train"] = time.time() - t
-    metrics.update(times)
+    return state, metrics
+
+  def update(self, state: ts.TrainState, ref_params, rng: jax.Array, *,
+             update_index: int) -> tuple[ts.TrainState, dict[str, float]]:
+    """One RL update (every process calls it); host metrics on all."""
+    rng_collect, rng_perm = jax.random.split(rng)
+    collected = self.collect(state.params, rng_collect,
+                             update_index=update_index)
+    metrics = dict(collected.metrics)
+    t = time.time()
+    batch, batch_metrics = self._batch(state, ref_params, collected)
+    metrics.update(batch_metrics)
+    metrics["time/scoring"] = time.time() - t
+    t = time.time()
+    state, step_metrics = self._learn(state, batch, rng_perm,
+                                      update_index=update_index)
+    metrics.update(step_metrics)
+    metrics["time/train"] = time.time() - t
+    episodes = collected.episodes
     metrics.update({
         "success_rate": float(np.mean([e.success for e in episodes])),
-        "valid_action_ratio": float(valid.mean()) if n else 0.0,
         "episode_length": float(np.mean([e.length for e in episodes])),
-        "env_steps": float(res.env_steps),
-        "num_samples": float(n),
+        "num_samples": float(len(collected.samples)),
         "env_errors": float(sum(e.error is not None for e in episodes)),
-        "prompts_truncated": float(self.policy.prompts_truncated),
     })
     return state, metrics
 

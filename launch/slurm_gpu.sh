@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# seed_jax on a Slurm GPU cluster: one process per node, all GPUs of a node
+# in that process, process 0 on the allocation's first node coordinating.
+# Run it inside an allocation (sbatch or salloc), from a checkout every node
+# sees, with the environment already installed:
+#
+#   salloc --nodes=2 --gpus-per-node=8 --exclusive
+#   GIN_FILE=configs/experiments/qwen2_5_7b_alfworld_style.gin \
+#   WORKDIR=/shared/runs/seed_7b launch/slurm_gpu.sh --gin.MODEL_DIR="'/shared/qwen7b'"
+#
+# Required: GIN_FILE, WORKDIR, SLURM_JOB_NODELIST (set by Slurm).
+# Optional: NODES (default SLURM_JOB_NUM_NODES), GPUS_PER_NODE (default 8),
+# PORT (default 8476), PYTHON (default python3). DRY_RUN=1 prints commands.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+source launch/lib.sh
+
+: "${GIN_FILE:?set GIN_FILE, e.g. configs/experiments/tiny.gin}"
+: "${WORKDIR:?set WORKDIR, a directory every node can write}"
+: "${SLURM_JOB_NODELIST:?run inside a Slurm allocation (sbatch or salloc)}"
+NODES="${NODES:-${SLURM_JOB_NUM_NODES:?set NODES}}"
+GPUS_PER_NODE="${GPUS_PER_NODE:-8}"
+PORT="${PORT:-8476}"
+
+# Process 0 runs on the first node of the allocation: it is the coordinator.
+# (No `| head`: under pipefail its early exit would fail the pipe.)
+nodes="$(scontrol show hostnames "${SLURM_JOB_NODELIST}")"
+first_node="${nodes%%$'\n'*}"
+: "${first_node:?scontrol listed no node for SLURM_JOB_NODELIST}"
+export GIN_FILE WORKDIR
+run srun --nodes="${NODES}" --ntasks-per-node=1 \
+  --gpus-per-node="${GPUS_PER_NODE}" --kill-on-bad-exit=1 \
+  --export=ALL,SEED_COORDINATOR="${first_node}:${PORT}",SEED_NUM_PROCESSES="${NODES}" \
+  launch/run_host.sh "$@"

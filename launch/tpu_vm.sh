@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# A Cloud TPU VM (single host or pod slice) for seed_jax, step by step:
+#
+#   launch/tpu_vm.sh create     # gcloud compute tpus tpu-vm create
+#   launch/tpu_vm.sh copy       # this checkout -> every worker
+#   launch/tpu_vm.sh install    # venv + requirements + jax[tpu] on every worker
+#   launch/tpu_vm.sh run [--gin.NAME=VALUE ...]  # every worker, in background
+#   launch/tpu_vm.sh logs       # stream worker ${LOG_WORKER:-0}'s log
+#   launch/tpu_vm.sh delete
+#   launch/tpu_vm.sh up [...]   # create, copy, install, run (then: logs)
+#
+# Required: TPU_NAME, ZONE; ACCELERATOR_TYPE (e.g. v5p-32) and
+# RUNTIME_VERSION (e.g. v2-alpha-tpuv5) to create; GIN_FILE and WORKDIR (a
+# directory all workers share, e.g. a gcsfuse mount) to run.
+# Optional: PROJECT, JAX_TPU (pip spec), TMPDIR. DRY_RUN=1 prints every
+# command instead of running it.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+source launch/lib.sh
+
+: "${TPU_NAME:?set TPU_NAME, the TPU VM name}"
+: "${ZONE:?set ZONE, e.g. us-east5-a}"
+JAX_TPU="${JAX_TPU:-jax[tpu]==0.10.2}"
+TARBALL="${TMPDIR:-/tmp}/seed_jax_code.tgz"
+REMOTE_DIR="seed_jax"  # under each worker's home directory
+LOG="seed_jax.log"
+
+tpu() {
+  run gcloud compute tpus tpu-vm "$@" --zone="${ZONE}" \
+    ${PROJECT:+--project="${PROJECT}"}
+}
+
+on_workers() {  # on_workers WORKER COMMAND
+  tpu ssh "${TPU_NAME}" --worker="$1" --command="$2"
+}
+
+create() {
+  : "${ACCELERATOR_TYPE:?set ACCELERATOR_TYPE, e.g. v5p-32}"
+  : "${RUNTIME_VERSION:?set RUNTIME_VERSION, e.g. v2-alpha-tpuv5}"
+  tpu create "${TPU_NAME}" --accelerator-type="${ACCELERATOR_TYPE}" \
+    --version="${RUNTIME_VERSION}"
+}
+
+copy() {
+  # Tracked and new files of this checkout, without what git ignores.
+  run tar -czf "${TARBALL}" --exclude-vcs --exclude-vcs-ignores \
+    --exclude=.venv --exclude=__pycache__ --exclude="*.egg-info" .
+  tpu scp "${TARBALL}" "${TPU_NAME}:~/seed_jax_code.tgz" --worker=all
+  on_workers all "mkdir -p ~/${REMOTE_DIR} && tar -xzf ~/seed_jax_code.tgz -C ~/${REMOTE_DIR}"
+}
+
+install() {
+  on_workers all "cd ~/${REMOTE_DIR} && python3 -m venv .venv && .venv/bin/pip install -q -r requirements.txt $(show "${JAX_TPU}") && .venv/bin/pip install -q --no-deps -e ."
+}
+
+start() {
+  : "${GIN_FILE:?set GIN_FILE, e.g. configs/experiments/qwen2_5_3b_alfworld_style.gin}"
+  : "${WORKDIR:?set WORKDIR, a directory all workers share}"
+  local env_words
+  env_words="$(show "GIN_FILE=${GIN_FILE}" "WORKDIR=${WORKDIR}")"
+  on_workers all "cd ~/${REMOTE_DIR} && ${env_words} SEED_DISTRIBUTED=1 PYTHON=.venv/bin/python setsid nohup launch/run_host.sh $(show "$@") > ~/${LOG} 2>&1 < /dev/null &"
+}
+
+logs() {
+  on_workers "${LOG_WORKER:-0}" "tail -n +1 -F ~/${LOG}"
+}
+
+delete() {
+  tpu delete "${TPU_NAME}" --quiet
+}
+
+action="${1:?usage: launch/tpu_vm.sh create|copy|install|run|logs|delete|up [gin args]}"
+shift
+case "${action}" in
+  create) create ;;
+  copy) copy ;;
+  install) install ;;
+  run) start "$@" ;;
+  logs) logs ;;
+  delete) delete ;;
+  up) create; copy; install; start "$@" ;;
+  *) echo "unknown action '${action}': create|copy|install|run|logs|delete|up" >&2
+     exit 2 ;;
+esac

@@ -1,0 +1,271 @@
+r"""Ahead-of-time fit check: does the train step (and the sampler) fit a pod?
+
+Lowers and compiles `train_step.train_step` and `sampler.sample` for a target
+mesh built from fake CPU devices, one per chip of the topology, and reports
+XLA's per-device memory (arguments, outputs, temporaries, generated code)
+against the chip's HBM. No weights are allocated: parameters, optimizer
+state and batches are `ShapeDtypeStruct`s with shardings.
+
+  python -m seed_jax.aot --model=qwen2_5_3b --topology=v5p-8
+  python -m seed_jax.aot --model=qwen2_5_7b --topology=v4-16 --mesh=1,4,2 \
+      --batch=32 --micro_batches=8 --prompt_len=1024 --response_len=256
+
+The CLI creates the fake devices itself (`jax_num_cpu_devices`, before JAX
+starts). The numbers come from the CPU compiler's buffer assignment: close to
+a TPU's for arguments and outputs (the sharded state), an estimate for
+temporaries (the TPU compiler fuses and lays out differently).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import sys
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+
+from seed_jax import checkpoints
+from seed_jax import model as model_lib
+from seed_jax import partitioning
+from seed_jax import sampler as sampler_lib
+from seed_jax import train_step as ts
+from seed_jax import trainer as trainer_lib
+
+GIB = 1 << 30
+
+# Hyper-parameters of the published checkpoints' config.json files.
+_QWEN = dict(rms_norm_eps=1e-6, rope_theta=1_000_000.0, head_dim=128,
+             bos_token_id=151643, eos_token_ids=(151645, 151643),
+             pad_token_id=151643)
+SHAPES: dict[str, dict[str, Any]] = {
+    "qwen2_5_1_5b": dict(  # Qwen2.5-1.5B-Instruct
+        _QWEN, family="qwen2", vocab_size=151936, hidden_size=1536,
+        intermediate_size=8960, num_layers=28, num_heads=12, num_kv_heads=2,
+        tie_embeddings=True, attention_bias=True,
+        max_position_embeddings=32768),
+    "qwen2_5_3b": dict(  # Qwen2.5-3B-Instruct
+        _QWEN, family="qwen2", vocab_size=151936, hidden_size=2048,
+        intermediate_size=11008, num_layers=36, num_heads=16, num_kv_heads=2,
+        tie_embeddings=True, attention_bias=True,
+        max_position_embeddings=32768),
+    "qwen2_5_7b": dict(  # Qwen2.5-7B-Instruct
+        _QWEN, family="qwen2", vocab_size=152064, hidden_size=3584,
+        intermediate_size=18944, num_layers=28, num_heads=28, num_kv_heads=4,
+        tie_embeddings=False, attention_bias=True,
+        max_position_embeddings=32768),
+    "qwen3_1_7b": dict(  # Qwen3-1.7B
+        _QWEN, family="qwen3", vocab_size=151936, hidden_size=2048,
+        intermediate_size=6144, num_layers=28, num_heads=16, num_kv_heads=8,
+        tie_embeddings=True, qk_norm=True, max_position_embeddings=40960),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Topology:
+  chips: int  # devices JAX sees (one per chip; v4/v5p TensorCores merge)
+  hbm_gib: float  # per chip
+
+
+TOPOLOGIES = {
+    "v4-8": Topology(4, 32), "v4-16": Topology(8, 32),
+    "v4-32": Topology(16, 32),
+    "v5p-8": Topology(4, 95), "v5p-16": Topology(8, 95),
+    "v5p-32": Topology(16, 95), "v5p-64": Topology(32, 95),
+}
+
+
+def model_config(name: str, **overrides) -> model_lib.ModelConfig:
+  """A built-in shape (`SHAPES`), or "tiny" (`testing.tiny_config`)."""
+  if name == "tiny":
+    from seed_jax import testing  # pylint: disable=g-import-not-at-top
+    return testing.tiny_config(**overrides)
+  if name not in SHAPES:
+    raise ValueError(f"unknown model {name!r}; known: tiny, {sorted(SHAPES)}")
+  return model_lib.ModelConfig(**{**SHAPES[name], **overrides})
+
+
+@dataclasses.dataclass(frozen=True)
+class Memory:
+  """Per-device bytes of one compiled program."""
+  argument: int
+  output: int
+  alias: int  # outputs that reuse donated arguments
+  temp: int
+  code: int
+
+  @property
+  def peak(self) -> int:
+    return self.argument + self.output - self.alias + self.temp + self.code
+
+  @classmethod
+  def of(cls, compiled) -> "Memory":
+    m = compiled.memory_analysis()
+    return cls(m.argument_size_in_bytes, m.output_size_in_bytes,
+               m.alias_size_in_bytes, m.temp_size_in_bytes,
+               m.generated_code_size_in_bytes)
+
+
+def _sds(shape, dtype, sharding):
+  return jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
+
+
+def compile_train_step(config, mesh, *, batch: int, prompt_len: int,
+                       response_len: int, micro_batches: int = 1,
+                       remat: bool = True):
+  """The SEED train step (`trainer.RLConfig` loss defaults), compiled."""
+  tx = ts.make_optimizer(1e-6)
+  psh = partitioning.param_shardings(config, mesh)
+  ssh = trainer_lib.state_shardings(tx, psh, mesh)
+  state = checkpoints.abstract_tree(
+      jax.eval_shape(lambda p: ts.TrainState.create(p, tx),
+                     model_lib.param_shapes(config)), ssh)
+  rows = partitioning.batch_sharding(mesh, 1)
+  B, P, R = batch, prompt_len, response_len
+  f32, i32 = jnp.float32, jnp.int32
+  mb = {"prompts": _sds((B, P), i32, rows),
+        "prompt_mask": _sds((B, P), i32, rows),
+        "responses": _sds((B, R), i32, rows),
+        "response_mask": _sds((B, R), i32, rows),
+        "analyzed": _sds((B,), jnp.bool_, rows)}
+  for k in ("old_logp", "ref_logp", "skill_logp", "advantages"):
+    mb[k] = _sds((B, R), f32, rows)
+  loss_fn = functools.partial(ts.rl_loss, config=config, remat=remat,
+                              **trainer_lib.RLConfig().loss_kwargs())
+  step = jax.jit(
+      functools.partial(ts.train_step, tx=tx, loss_fn=loss_fn,
+                        num_micro_batches=micro_batches),
+      in_shardings=(ssh, rows),
+      out_shardings=(ssh, partitioning.replicated(mesh)), donate_argnums=(0,))
+  return step.lower(state, mb).compile()
+
+
+def compile_sampler(config, mesh, *, batch: int, prompt_len: int,
+                    max_new_tokens: int):
+  """`sampler.sample` (temperature 1) on the mesh, compiled."""
+  params = checkpoints.abstract_tree(model_lib.param_shapes(config),
+                                     partitioning.param_shardings(config, mesh))
+  rows = partitioning.batch_sharding(mesh, 2)
+  key = jax.eval_shape(lambda: jax.random.key(0))
+  return sampler_lib.sample.lower(
+      params, _sds((batch, prompt_len), jnp.int32, rows),
+      _sds((batch, prompt_len), jnp.int32, rows),
+      _sds(key.shape, key.dtype, partitioning.replicated(mesh)),
+      config=config, max_new_tokens=max_new_tokens,
+      sampling=sampler_lib.Temperature(1.0),
+      eos_ids=tuple(config.eos_token_ids),
+      pad_id=config.pad_token_id or 0).compile()
+
+
+def fit_report(config: model_lib.ModelConfig, *, topology: str,
+               mesh_shape: Sequence[int] = (1, -1, 1), batch: int = 32,
+               micro_batches: int = 4, prompt_len: int = 1024,
+               response_len: int = 256, sample_batch: int = 128,
+               max_new_tokens: int = 256, remat: bool = True,
+               hbm_gib: float | None = None,
+               devices: Sequence[jax.Device] | None = None) -> dict[str, Any]:
+  """Compiles both programs for `topology` and compares memory with HBM.
+
+  Args:
+    config: the model.
+    topology: a `TOPOLOGIES` name; its chip count sets the mesh size.
+    mesh_shape: (data, fsdp, tensor), one size may be -1.
+    batch: rows per optimizer step (the mini-batch), micro_batches of it
+      at a time; prompt_len/response_len: the padded lengths.
+    sample_batch, max_new_tokens: rows and decode budget of one sampler call.
+    remat: rematerialize decoder blocks in the backward pass.
+    hbm_gib: per-chip memory (default the topology's).
+    devices: the devices to use (default the first `chips` of this host).
+
+  Returns:
+    {"topology", "mesh", "hbm_bytes", "train_step": Memory,
+     "sampler": Memory, "fits": bool}.
+
+  Raises:
+    ValueError: fewer devices than the topology's chips.
+  """
+  topo = TOPOLOGIES[topology]
+  devices = list(devices if devices is not None else jax.devices())
+  if len(devices) < topo.chips:
+    raise ValueError(
+        f"{topology} needs {topo.chips} devices, {len(devices)} available: "
+        "run `python -m seed_jax.aot` (it creates them) or set "
+        f"jax_num_cpu_devices={topo.chips} before JAX starts")
+  mesh = partitioning.make_mesh(mesh_shape, devices[:topo.chips])
+  train = Memory.of(compile_train_step(
+      config, mesh, batch=batch, prompt_len=prompt_len,
+      response_len=response_len, micro_batches=micro_batches, remat=remat))
+  sample = Memory.of(compile_sampler(
+      config, mesh, batch=sample_batch, prompt_len=prompt_len,
+      max_new_tokens=max_new_tokens))
+  hbm = int((hbm_gib or topo.hbm_gib) * GIB)
+  return {"topology": topology, "mesh": dict(mesh.shape), "hbm_bytes": hbm,
+          "train_step": train, "sampler": sample,
+          "fits": max(train.peak, sample.peak) <= hbm}
+
+
+def _size(n: int) -> str:
+  return f"{n / GIB:.2f} GiB" if n >= GIB // 10 else f"{n / (1 << 20):.1f} MiB"
+
+
+def format_report(report: dict[str, Any]) -> str:
+  """A table of per-device memory and the verdict."""
+  lines = [f"{report['topology']}: mesh {report['mesh']}, "
+           f"{report['hbm_bytes'] / GIB:.0f} GiB per chip",
+           f"{'per device':11s}" + "".join(
+               f"{h:>12s}" for h in ("arguments", "outputs", "aliased",
+                                     "temp", "code", "peak"))]
+  for name in ("train_step", "sampler"):
+    m = report[name]
+    vals = (m.argument, m.output, m.alias, m.temp, m.code, m.peak)
+    lines.append(f"{name:11s}" + "".join(f"{_size(v):>12s}" for v in vals))
+  lines.append("fits" if report["fits"] else "does NOT fit")
+  return "\n".join(lines)
+
+
+def parse_flags(argv):
+  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  p.add_argument("--model", required=True, help=f"tiny or {sorted(SHAPES)}")
+  p.add_argument("--topology", required=True, choices=sorted(TOPOLOGIES))
+  p.add_argument("--mesh", default="1,-1,1", help="data,fsdp,tensor")
+  p.add_argument("--batch", type=int, default=32)
+  p.add_argument("--micro_batches", type=int, default=4)
+  p.add_argument("--prompt_len", type=int, default=1024)
+  p.add_argument("--response_len", type=int, default=256)
+  p.add_argument("--sample_batch", type=int, default=128)
+  p.add_argument("--max_new_tokens", type=int, default=256)
+  p.add_argument("--param_dtype", default="float32")
+  p.add_argument("--dtype", default="bfloat16", help="compute dtype")
+  p.add_argument("--no_remat", action="store_true")
+  p.add_argument("--hbm_gib", type=float, default=None)
+  return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+  args = parse_flags(sys.argv[1:] if argv is None else argv)
+  chips = TOPOLOGIES[args.topology].chips
+  try:  # the fake devices, before JAX starts
+    jax.config.update("jax_platforms", "cpu")
+    jax.config.update("jax_num_cpu_devices", chips)
+  except RuntimeError:
+    pass  # already started (a test): fit_report checks the count
+  config = model_config(args.model, param_dtype=args.param_dtype,
+                        dtype=args.dtype)
+  report = fit_report(
+      config, topology=args.topology,
+      mesh_shape=tuple(int(s) for s in args.mesh.split(",")),
+      batch=args.batch, micro_batches=args.micro_batches,
+      prompt_len=args.prompt_len, response_len=args.response_len,
+      sample_batch=args.sample_batch, max_new_tokens=args.max_new_tokens,
+      remat=not args.no_remat, hbm_gib=args.hbm_gib)
+  print(f"{args.model}: {config.num_layers} layers, hidden "
+        f"{config.hidden_size}, params {args.param_dtype}, compute "
+        f"{args.dtype}")
+  print(format_report(report))
+  return 0 if report["fits"] else 1
+
+
+if __name__ == "__main__":
+  sys.exit(main())

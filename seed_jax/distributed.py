@@ -1,0 +1,132 @@
+"""Multi-host start-up and the split of host-side work across processes.
+
+Every host runs the same program. `initialize` starts `jax.distributed` when
+the launch asks for it and does nothing on a single host; the helpers below
+then split tasks by process and gather host-side results back.
+
+The launch asks through the environment (launch/*.sh set these):
+
+  SEED_COORDINATOR=10.0.0.2:8476  # process 0's address; implies multi-process
+  SEED_NUM_PROCESSES=4            # with SEED_COORDINATOR
+  SEED_PROCESS_ID=1               # with SEED_COORDINATOR
+  SEED_DISTRIBUTED=1              # no address: JAX detects it (TPU VM, Slurm)
+  SEED_LOCAL_DEVICES=4            # fake CPU devices per process (tests)
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+from typing import Any, Mapping, Sequence, TypeVar
+
+import jax
+from jax.experimental import multihost_utils
+import numpy as np
+
+T = TypeVar("T")
+
+
+def _platforms() -> str:
+  return (jax.config.jax_platforms or os.environ.get("JAX_PLATFORMS") or "")
+
+
+def initialize(coordinator_address: str | None = None,
+               num_processes: int | None = None,
+               process_id: int | None = None, *,
+               env: Mapping[str, str] | None = None) -> bool:
+  """Starts `jax.distributed` when asked to; call before any JAX computation.
+
+  Arguments win over the environment variables of the module docstring.
+  With neither an address nor SEED_DISTRIBUTED=1 this is a no-op (a single
+  host, CPU or one accelerator VM). On CPU, cross-process collectives go
+  through gloo.
+
+  Args:
+    coordinator_address: "host:port" of process 0.
+    num_processes: how many processes take part.
+    process_id: this process's index in [0, num_processes).
+    env: the environment to read (default `os.environ`).
+
+  Returns:
+    Whether `jax.distributed` is (now) initialized.
+
+  Raises:
+    ValueError: an address without the process count and id.
+  """
+  env = os.environ if env is None else env
+  address = coordinator_address or env.get("SEED_COORDINATOR") or None
+  auto = env.get("SEED_DISTRIBUTED", "0") not in ("", "0")
+  if jax.distributed.is_initialized():
+    return True
+  local = env.get("SEED_LOCAL_DEVICES")
+  if local:
+    try:
+      jax.config.update("jax_num_cpu_devices", int(local))
+    except RuntimeError:  # backends already up: a second call in-process
+      logging.warning("SEED_LOCAL_DEVICES=%s ignored: JAX already started",
+                      local)
+  if address is None and not auto:
+    return False
+  if num_processes is None and env.get("SEED_NUM_PROCESSES"):
+    num_processes = int(env["SEED_NUM_PROCESSES"])
+  if process_id is None and env.get("SEED_PROCESS_ID"):
+    process_id = int(env["SEED_PROCESS_ID"])
+  if address is not None and (num_processes is None or process_id is None):
+    raise ValueError(
+        f"coordinator {address} given without the process count and id: set "
+        "SEED_NUM_PROCESSES and SEED_PROCESS_ID (or pass them)")
+  if _platforms().startswith("cpu"):
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+  jax.distributed.initialize(address, num_processes, process_id)
+  logging.info("jax.distributed: process %d of %d, %d local / %d devices",
+               jax.process_index(), jax.process_count(),
+               jax.local_device_count(), jax.device_count())
+  return True
+
+
+def is_writer() -> bool:
+  """Whether this process writes files and summaries (process 0)."""
+  return jax.process_index() == 0
+
+
+def process_slice(items: Sequence[T], *, index: int | None = None,
+                  count: int | None = None) -> list[T]:
+  """This process's contiguous share of `items`, as even as possible.
+
+  Example: 5 items over 2 processes -> [0, 1, 2] and [3, 4].
+
+  Args:
+    items: what to split (tasks, environment seeds, rollout chunks).
+    index, count: process index and count (default: this run's).
+
+  Returns:
+    The items of process `index`; the shares concatenate to `items`.
+  """
+  index = jax.process_index() if index is None else index
+  count = jax.process_count() if count is None else count
+  share, extra = divmod(len(items), count)  # the first `extra` get one more
+  start = index * share + min(index, extra)
+  return list(items[start:start + share + (index < extra)])
+
+
+def allgather_objects(obj: Any) -> list[Any]:
+  """Every process's `obj` (picklable), in process order, on every process.
+
+  A collective: every process must call it, in the same order.
+  """
+  if jax.process_count() == 1:
+    return [obj]
+  data = np.frombuffer(pickle.dumps(obj), np.uint8)
+  sizes = multihost_utils.process_allgather(np.asarray([data.size], np.int32))
+  sizes = np.asarray(sizes).reshape(-1)
+  padded = np.zeros(int(sizes.max()), np.uint8)
+  padded[:data.size] = data
+  rows = np.asarray(multihost_utils.process_allgather(padded))
+  return [pickle.loads(rows[i, :n].tobytes()) for i, n in enumerate(sizes)]
+
+
+def sync(name: str) -> None:
+  """A barrier across processes (no-op on one)."""
+  if jax.process_count() > 1:
+    multihost_utils.sync_global_devices(name)

@@ -1,0 +1,239 @@
+r"""Sweeps: a file of gin binding sets, expanded into runs, and their summary.
+
+A sweep file (configs/sweeps/*.py) defines `sweep()`, which yields one dict
+of gin bindings per run (big_vision's style):
+
+  def sweep():
+    for opd_coef in (0.0, 0.01):
+      yield {"trainer.RLConfig.opd_coef": opd_coef}
+
+Run i of sweep file `name.py` trains in `WORKDIR/name/i`. `--local` runs
+them here one after another (`seed_jax.train.main`, gin cleared between
+runs), `--emit_commands` prints one command per run instead (`--launcher`:
+local, tpu or slurm). Either way the summary table of each run's final
+metrics (from its metrics.jsonl) is printed and written to
+`WORKDIR/name/summary.{md,csv}`.
+
+  python -m seed_jax.sweep --sweep=configs/sweeps/opd_lambda_beta.py \
+      --gin_file=configs/experiments/tiny.gin --workdir=/tmp/sweeps --local
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import importlib.util
+import io
+import json
+import os
+import shlex
+import sys
+import traceback
+from typing import Any, Mapping, Sequence
+
+DEFAULT_METRICS = ("eval/seen/success", "eval/unseen/success", "success_rate",
+                   "kl", "update")
+LAUNCHERS = ("local", "tpu", "slurm")
+
+
+def load(path: str) -> list[dict[str, Any]]:
+  """The binding sets of a sweep file, in order.
+
+  Raises:
+    ValueError: when the file has no `sweep()` or yields something else
+      than non-empty dicts.
+  """
+  spec = importlib.util.spec_from_file_location("_seed_sweep", path)
+  if spec is None or spec.loader is None:
+    raise ValueError(f"cannot load sweep file {path!r}")
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  if not callable(getattr(module, "sweep", None)):
+    raise ValueError(f"sweep file {path!r} defines no sweep() function")
+  runs = [dict(b) for b in module.sweep()]
+  if not runs or not all(runs):
+    raise ValueError(f"sweep file {path!r} yields no (or an empty) binding set")
+  return runs
+
+
+def sweep_name(path: str) -> str:
+  return os.path.splitext(os.path.basename(path))[0]
+
+
+def gin_args(bindings: Mapping[str, Any]) -> list[str]:
+  """{"a.b": 0.01, "c": "x"} -> ["--gin.a.b=0.01", "--gin.c='x'"]."""
+  return [f"--gin.{k}={v!r}" for k, v in bindings.items()]
+
+
+def train_argv(gin_files: Sequence[str], run_dir: str,
+               bindings: Mapping[str, Any],
+               extra: Sequence[str] = ()) -> list[str]:
+  """The arguments of `seed_jax.train.main` for one run."""
+  return ([f"--gin_file={f}" for f in gin_files] +
+          [f"--gin.WORKDIR={run_dir!r}", *extra, *gin_args(bindings)])
+
+
+def commands(runs: Sequence[Mapping[str, Any]], *, gin_files: Sequence[str],
+             root: str, launcher: str = "local",
+             extra: Sequence[str] = ()) -> list[str]:
+  """One shell command per run.
+
+  local: `python -m seed_jax.train ...`; tpu: `launch/tpu_vm.sh up ...` on
+  a slice of its own (TPU_NAME gets the run index appended; ZONE, the
+  accelerator and runtime come from the environment); slurm: `sbatch
+  --wrap` around `launch/slurm_gpu.sh` (nodes from the environment).
+  """
+  if launcher not in LAUNCHERS:
+    raise ValueError(f"unknown launcher {launcher!r}; known: {LAUNCHERS}")
+  if launcher != "local" and len(gin_files) != 1:
+    raise ValueError(f"launcher {launcher!r} takes exactly one --gin_file")
+  out = []
+  for i, b in enumerate(runs):
+    run_dir = os.path.join(root, str(i))
+    if launcher == "local":
+      words = ["python", "-m", "seed_jax.train",
+               *train_argv(gin_files, run_dir, b, extra)]
+    else:
+      env = [f"GIN_FILE={gin_files[0]}", f"WORKDIR={run_dir}"]
+      args = [*extra, *gin_args(b)]
+      if launcher == "tpu":
+        words = [f"TPU_NAME=${{TPU_NAME}}-{i}", *env, "launch/tpu_vm.sh",
+                 "up", *args]
+      else:
+        inner = " ".join(_quote(w) for w in ["launch/slurm_gpu.sh", *args])
+        words = [*env, "sbatch", "--nodes=${NODES}",
+                 "--gpus-per-node=${GPUS_PER_NODE}", f"--wrap={inner}"]
+    out.append(" ".join(_quote(w) for w in words))
+  return out
+
+
+def _quote(word: str) -> str:
+  """Shell quoting that keeps gin's single quotes readable."""
+  if "${" in word and not set(word) & set("'\"`\\ "):
+    return word  # a variable for the shell that runs the command
+  if "'" in word and not set(word) & set('"$`\\!'):
+    return f'"{word}"'
+  return shlex.quote(word)
+
+
+def final_metrics(run_dir: str) -> dict[str, Any] | None:
+  """Each metric's last value in `run_dir/metrics.jsonl`; None if absent."""
+  path = os.path.join(run_dir, "metrics.jsonl")
+  if not os.path.exists(path):
+    return None
+  final: dict[str, Any] = {}
+  with open(path) as f:
+    for line in f:
+      if line.strip():
+        final.update(json.loads(line))
+  return final
+
+
+def summarize(runs: Sequence[Mapping[str, Any]], root: str, *,
+              metrics: Sequence[str] = DEFAULT_METRICS,
+              failed: Sequence[int] = ()) -> tuple[list[str], list[list[str]]]:
+  """Header and rows: index, each binding (short name), status, metrics."""
+  keys = list(dict.fromkeys(k for b in runs for k in b))
+  header = ["run", *(k.rsplit(".", 1)[-1] for k in keys), "status",
+            *metrics]
+  rows = []
+  for i, b in enumerate(runs):
+    final = final_metrics(os.path.join(root, str(i)))
+    status = ("failed" if i in failed else "missing" if final is None
+              else "done")
+    vals = [_fmt(final.get(m)) if final else "-" for m in metrics]
+    rows.append([str(i), *(_fmt(b.get(k)) for k in keys), status, *vals])
+  return header, rows
+
+
+def _fmt(v) -> str:
+  if v is None:
+    return "-"
+  if isinstance(v, float):
+    return f"{v:.4g}"
+  return str(v)
+
+
+def markdown(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+  lines = ["| " + " | ".join(header) + " |",
+           "|" + "---|" * len(header)]
+  lines += ["| " + " | ".join(r) + " |" for r in rows]
+  return "\n".join(lines) + "\n"
+
+
+def write_summary(root: str, header, rows) -> str:
+  """Writes summary.md and summary.csv under `root`; returns the markdown."""
+  text = markdown(header, rows)
+  os.makedirs(root, exist_ok=True)
+  with open(os.path.join(root, "summary.md"), "w") as f:
+    f.write(text)
+  buf = io.StringIO()
+  csv.writer(buf).writerows([header, *rows])
+  with open(os.path.join(root, "summary.csv"), "w") as f:
+    f.write(buf.getvalue())
+  return text
+
+
+def run_local(runs: Sequence[Mapping[str, Any]], *, gin_files: Sequence[str],
+              root: str, extra: Sequence[str] = ()) -> list[int]:
+  """Trains every run here, one after another; returns the failed indices."""
+  import gin  # pylint: disable=g-import-not-at-top
+  from seed_jax import train  # pylint: disable=g-import-not-at-top
+  failed = []
+  for i, b in enumerate(runs):
+    print(f"sweep run {i + 1}/{len(runs)}: {b}", flush=True)
+    gin.clear_config()
+    try:
+      train.main(train_argv(gin_files, os.path.join(root, str(i)), b, extra))
+    except Exception:  # pylint: disable=broad-except
+      # One failed run (a diverged learning rate, say) does not stop the
+      # sweep; it is marked in the summary and in the exit status.
+      traceback.print_exc()
+      failed.append(i)
+  gin.clear_config()
+  return failed
+
+
+def parse_flags(argv):
+  parser = argparse.ArgumentParser(description="Expand and run a sweep.")
+  parser.add_argument("--sweep", required=True, help="configs/sweeps/*.py")
+  parser.add_argument("--gin_file", action="append", required=True)
+  parser.add_argument("--workdir", required=True,
+                      help="runs go to WORKDIR/<sweep>/<index>")
+  mode = parser.add_mutually_exclusive_group()
+  mode.add_argument("--local", action="store_true",
+                    help="run here one after another (the default)")
+  mode.add_argument("--emit_commands", action="store_true",
+                    help="print one command per run instead")
+  mode.add_argument("--summarize", action="store_true",
+                    help="only (re)write the summary of finished runs")
+  parser.add_argument("--launcher", choices=LAUNCHERS, default="local")
+  parser.add_argument("--metrics", default=",".join(DEFAULT_METRICS))
+  known, rest = parser.parse_known_args(argv)
+  for arg in rest:  # gin bindings for every run, as seed_jax.train takes them
+    if not (arg.startswith("--gin.") and "=" in arg):
+      parser.error(f"unrecognized argument {arg!r}")
+  known.extra = rest
+  return known
+
+
+def main(argv=None) -> int:
+  args = parse_flags(sys.argv[1:] if argv is None else argv)
+  runs = load(args.sweep)
+  root = os.path.join(args.workdir, sweep_name(args.sweep))
+  if args.emit_commands:
+    print("\n".join(commands(runs, gin_files=args.gin_file, root=root,
+                             launcher=args.launcher, extra=args.extra)))
+    return 0
+  failed = [] if args.summarize else run_local(
+      runs, gin_files=args.gin_file, root=root, extra=args.extra)
+  header, rows = summarize(runs, root, metrics=args.metrics.split(","),
+                           failed=failed)
+  from seed_jax import distributed  # pylint: disable=g-import-not-at-top
+  if distributed.is_writer():
+    print(write_summary(root, header, rows), end="")
+  return 1 if failed else 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,57 @@
+"""Ahead-of-time fit check on one small case: the tiny model on v4-16's 8
+chips (the 8 fake CPU devices)."""
+
+import math
+
+import jax
+import pytest
+
+from seed_jax import aot
+from seed_jax import model as model_lib
+from seed_jax import testing
+
+
+def test_built_in_shapes_match_the_published_sizes():
+  sizes = {name: sum(math.prod(s.shape) for s in jax.tree.leaves(
+      model_lib.param_shapes(aot.model_config(name))))
+           for name in aot.SHAPES}
+  # Parameter counts of the released checkpoints, in billions.
+  want = {"qwen2_5_1_5b": 1.54, "qwen2_5_3b": 3.09, "qwen2_5_7b": 7.62,
+          "qwen3_1_7b": 1.72}
+  for name, billions in want.items():
+    assert sizes[name] / 1e9 == pytest.approx(billions, abs=0.01), name
+
+
+def test_tiny_train_step_and_sampler_fit_v4_16():
+  config = testing.tiny_config(family="qwen3")
+  report = aot.fit_report(config, topology="v4-16", mesh_shape=(2, 2, 2),
+                          batch=8, micro_batches=2, prompt_len=32,
+                          response_len=16, sample_batch=8, max_new_tokens=8)
+  assert report["mesh"] == {"data": 2, "fsdp": 2, "tensor": 2}
+  assert report["hbm_bytes"] == 32 << 30
+  train = report["train_step"]
+  # The state (params + two Adam moments, float32) is split over the
+  # devices: each holds well under a half of it.
+  params = sum(math.prod(s.shape) * 4 for s in jax.tree.leaves(
+      model_lib.param_shapes(config)))
+  assert 0 < train.argument < 3 * params / 2
+  assert train.alias > 0  # the state is donated
+  assert train.peak > 0 and report["sampler"].peak > 0
+  assert report["fits"]
+  text = aot.format_report(report)
+  assert "train_step" in text and "sampler" in text and text.endswith("fits")
+  assert aot.format_report(dict(report, fits=False)).endswith("does NOT fit")
+
+
+def test_too_few_devices_is_a_clear_error():
+  with pytest.raises(ValueError, match="v5p-32 needs 16 devices, 8"):
+    aot.fit_report(testing.tiny_config(), topology="v5p-32")
+
+
+def test_cli_flags():
+  args = aot.parse_flags(["--model=qwen2_5_3b", "--topology=v5p-8",
+                          "--mesh=1,2,2", "--batch=16"])
+  assert (args.model, args.topology, args.mesh, args.batch) == (
+      "qwen2_5_3b", "v5p-8", "1,2,2", 16)
+  with pytest.raises(ValueError, match="unknown model"):
+    aot.model_config("qwen9")

@@ -1,0 +1,131 @@
+"""launch/ scripts in dry-run mode: exact commands, missing variables."""
+
+import os
+import shlex
+import subprocess
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+TPU = dict(TPU_NAME="seed-pod", ZONE="us-east5-a", ACCELERATOR_TYPE="v5p-32",
+           RUNTIME_VERSION="v2-alpha-tpuv5", TMPDIR="/scratch",
+           GIN_FILE="configs/experiments/tiny.gin", WORKDIR="/mnt/runs/a")
+GIN_ARGS = ("--gin.VARIANT='grpo'", "--gin.NUM_UPDATES=3")
+
+
+@pytest.fixture(name="fake_bin")
+def _fake_bin(tmp_path):
+  """gcloud and srun that fail if ever run; an scontrol that lists 2 nodes."""
+  for name in ("gcloud", "srun"):
+    (tmp_path / name).write_text("#!/bin/sh\necho ran >&2\nexit 99\n")
+  (tmp_path / "scontrol").write_text("#!/bin/sh\necho gpu-a1\necho gpu-a2\n")
+  for p in tmp_path.iterdir():
+    p.chmod(0o755)
+  return str(tmp_path)
+
+
+def _run(fake_bin, script, *args, **env):
+  full = {"PATH": fake_bin + os.pathsep + os.environ["PATH"],
+          "HOME": os.environ.get("HOME", "/"), "DRY_RUN": "1"}
+  full.update(env)
+  return subprocess.run([os.path.join(ROOT, "launch", script), *args],
+                        env=full, capture_output=True, text=True, check=False,
+                        timeout=30)
+
+
+def _lines(res):
+  assert res.returncode == 0, res.stderr
+  return res.stdout.splitlines()
+
+
+def test_tpu_vm_up_prints_every_command(fake_bin):
+  ssh = "gcloud compute tpus tpu-vm ssh seed-pod"
+  lines = _lines(_run(fake_bin, "tpu_vm.sh", "up", *GIN_ARGS, **TPU))
+  assert lines == [
+      "gcloud compute tpus tpu-vm create seed-pod --accelerator-type=v5p-32 "
+      "--version=v2-alpha-tpuv5 --zone=us-east5-a",
+      "tar -czf /scratch/seed_jax_code.tgz --exclude-vcs --exclude-vcs-ignores "
+      "--exclude=.venv --exclude=__pycache__ '--exclude=*.egg-info' .",
+      "gcloud compute tpus tpu-vm scp /scratch/seed_jax_code.tgz "
+      "seed-pod:~/seed_jax_code.tgz --worker=all --zone=us-east5-a",
+      f"{ssh} --worker=all '--command=mkdir -p ~/seed_jax && tar -xzf "
+      "~/seed_jax_code.tgz -C ~/seed_jax' --zone=us-east5-a",
+      f"{ssh} --worker=all \"--command=cd ~/seed_jax && python3 -m venv .venv "
+      "&& .venv/bin/pip install -q -r requirements.txt 'jax[tpu]==0.10.2' && "
+      ".venv/bin/pip install -q --no-deps -e .\" --zone=us-east5-a",
+      f"{ssh} --worker=all '--command=cd ~/seed_jax && "
+      "GIN_FILE=configs/experiments/tiny.gin WORKDIR=/mnt/runs/a "
+      "SEED_DISTRIBUTED=1 PYTHON=.venv/bin/python setsid nohup "
+      "launch/run_host.sh \"--gin.VARIANT='\\''grpo'\\''\" "
+      "--gin.NUM_UPDATES=3 > ~/seed_jax.log 2>&1 < /dev/null &' "
+      "--zone=us-east5-a",
+  ]
+  # The printed lines are shell words: the remote command keeps the binding.
+  remote = shlex.split(lines[5])[7][len("--command="):]
+  assert shlex.split(remote)[9:12] == ["launch/run_host.sh", *GIN_ARGS]
+
+
+def test_tpu_vm_logs_and_delete(fake_bin):
+  lines = _lines(_run(fake_bin, "tpu_vm.sh", "logs", LOG_WORKER="2", **TPU))
+  assert lines == ["gcloud compute tpus tpu-vm ssh seed-pod --worker=2 "
+                   "'--command=tail -n +1 -F ~/seed_jax.log' --zone=us-east5-a"]
+  lines = _lines(_run(fake_bin, "tpu_vm.sh", "delete", PROJECT="p1", **TPU))
+  assert lines == ["gcloud compute tpus tpu-vm delete seed-pod --quiet "
+                   "--zone=us-east5-a --project=p1"]
+
+
+def test_run_host(fake_bin):
+  env = dict(GIN_FILE="configs/experiments/tiny.gin", WORKDIR="/mnt/runs/a")
+  lines = _lines(_run(fake_bin, "run_host.sh", *GIN_ARGS, **env))
+  assert lines == ["python3 -m seed_jax.train "
+                   "--gin_file=configs/experiments/tiny.gin "
+                   "\"--gin.WORKDIR='/mnt/runs/a'\" \"--gin.VARIANT='grpo'\" "
+                   "--gin.NUM_UPDATES=3"]
+  assert shlex.split(lines[0])[5:] == list(GIN_ARGS)
+  res = _run(fake_bin, "run_host.sh", SEED_COORDINATOR="h:1", **env)
+  assert res.returncode and "SEED_NUM_PROCESSES" in res.stderr
+  res = _run(fake_bin, "run_host.sh", SEED_COORDINATOR="h:1",
+             SEED_NUM_PROCESSES="2", **env)
+  assert res.returncode and "SEED_PROCESS_ID" in res.stderr
+  assert _run(fake_bin, "run_host.sh", SEED_COORDINATOR="h:1",
+              SEED_NUM_PROCESSES="2", SLURM_PROCID="1", **env).returncode == 0
+
+
+def test_slurm_gpu_coordinates_on_the_first_node(fake_bin):
+  lines = _lines(_run(
+      fake_bin, "slurm_gpu.sh", *GIN_ARGS,
+      GIN_FILE="configs/experiments/tiny.gin",
+      WORKDIR="/shared/run", SLURM_JOB_NODELIST="gpu-a[1-2]",
+      SLURM_JOB_NUM_NODES="2", GPUS_PER_NODE="4"))
+  assert lines == [
+      "srun --nodes=2 --ntasks-per-node=1 --gpus-per-node=4 "
+      "--kill-on-bad-exit=1 "
+      "--export=ALL,SEED_COORDINATOR=gpu-a1:8476,SEED_NUM_PROCESSES=2 "
+      "launch/run_host.sh \"--gin.VARIANT='grpo'\" --gin.NUM_UPDATES=3"]
+
+
+@pytest.mark.parametrize("script,args,drop", [
+    ("tpu_vm.sh", ("create",), "TPU_NAME"),
+    ("tpu_vm.sh", ("create",), "ZONE"),
+    ("tpu_vm.sh", ("create",), "ACCELERATOR_TYPE"),
+    ("tpu_vm.sh", ("create",), "RUNTIME_VERSION"),
+    ("tpu_vm.sh", ("run",), "GIN_FILE"),
+    ("tpu_vm.sh", ("run",), "WORKDIR"),
+    ("run_host.sh", (), "GIN_FILE"),
+    ("run_host.sh", (), "WORKDIR"),
+    ("slurm_gpu.sh", (), "SLURM_JOB_NODELIST"),
+    ("slurm_gpu.sh", (), "WORKDIR"),
+])
+def test_a_missing_variable_is_named(fake_bin, script, args, drop):
+  env = dict(TPU, SLURM_JOB_NODELIST="gpu-a[1-2]", SLURM_JOB_NUM_NODES="2")
+  del env[drop]
+  res = _run(fake_bin, script, *args, **env)
+  assert res.returncode != 0
+  assert drop in res.stderr and "ran" not in res.stderr
+  assert res.stdout == ""
+
+
+def test_unknown_action(fake_bin):
+  res = _run(fake_bin, "tpu_vm.sh", "launch", **TPU)
+  assert res.returncode == 2 and "unknown action 'launch'" in res.stderr

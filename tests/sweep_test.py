@@ -1,0 +1,118 @@
+"""Sweeps: expansion, commands, local runs (train stubbed) and the summary."""
+
+import json
+import os
+import shlex
+
+import pytest
+
+from seed_jax import sweep
+from seed_jax import train
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SWEEP = os.path.join(ROOT, "configs", "sweeps", "opd_lambda_beta.py")
+TINY = "configs/experiments/tiny.gin"
+
+
+def test_the_lambda_beta_sweep_expands_to_eight_runs():
+  runs = sweep.load(SWEEP)
+  assert len(runs) == 8
+  assert runs[0] == {"trainer.RLConfig.opd_coef": 0.0,
+                     "trainer.RLConfig.opd_beta": 1.0}
+  assert runs[-1] == {"trainer.RLConfig.opd_coef": 0.03,
+                      "trainer.RLConfig.opd_beta": 5.0}
+  assert sweep.sweep_name(SWEEP) == "opd_lambda_beta"
+
+
+def test_a_file_without_sweep_is_an_error(tmp_path):
+  bad = tmp_path / "bad.py"
+  bad.write_text("RUNS = []\n")
+  with pytest.raises(ValueError, match="no sweep"):
+    sweep.load(str(bad))
+
+
+def test_emitted_commands(capsys):
+  argv = [f"--sweep={SWEEP}", f"--gin_file={TINY}", "--workdir=/runs",
+          "--emit_commands", "--gin.VARIANT='seed'"]
+  assert sweep.main(argv) == 0
+  lines = capsys.readouterr().out.splitlines()
+  assert len(lines) == 8
+  assert lines[3] == (
+      f"python -m seed_jax.train --gin_file={TINY} "
+      "\"--gin.WORKDIR='/runs/opd_lambda_beta/3'\" \"--gin.VARIANT='seed'\" "
+      "--gin.trainer.RLConfig.opd_coef=0.003 "
+      "--gin.trainer.RLConfig.opd_beta=5.0")
+  assert shlex.split(lines[3])[3:] == sweep.train_argv(
+      [TINY], "/runs/opd_lambda_beta/3", sweep.load(SWEEP)[3],
+      ["--gin.VARIANT='seed'"])
+  assert sweep.main(argv + ["--launcher=tpu"]) == 0
+  assert capsys.readouterr().out.splitlines()[1] == (
+      f"TPU_NAME=${{TPU_NAME}}-1 GIN_FILE={TINY} "
+      "WORKDIR=/runs/opd_lambda_beta/1 launch/tpu_vm.sh up "
+      "\"--gin.VARIANT='seed'\" --gin.trainer.RLConfig.opd_coef=0.0 "
+      "--gin.trainer.RLConfig.opd_beta=5.0")
+  assert sweep.main(argv + ["--launcher=slurm"]) == 0
+  slurm = shlex.split(capsys.readouterr().out.splitlines()[0])
+  assert slurm[2:5] == ["sbatch", "--nodes=${NODES}",
+                        "--gpus-per-node=${GPUS_PER_NODE}"]
+  assert shlex.split(slurm[5][len("--wrap="):]) == [
+      "launch/slurm_gpu.sh", "--gin.VARIANT='seed'",
+      "--gin.trainer.RLConfig.opd_coef=0.0",
+      "--gin.trainer.RLConfig.opd_beta=1.0"]
+
+
+def _write_metrics(run_dir, records):
+  os.makedirs(run_dir, exist_ok=True)
+  with open(os.path.join(run_dir, "metrics.jsonl"), "w") as f:
+    f.writelines(json.dumps(r) + "\n" for r in records)
+
+
+def test_summary_of_finished_and_missing_runs(tmp_path):
+  runs = [{"a.lr": 0.1, "b.variant": "seed"}, {"a.lr": 0.2}]
+  _write_metrics(str(tmp_path / "0"), [
+      {"update": 0, "eval/seen/success": 0.25},
+      {"update": 1, "success_rate": 0.5, "kl": 0.00123456}])
+  header, rows = sweep.summarize(runs, str(tmp_path),
+                                 metrics=("eval/seen/success", "kl"))
+  text = sweep.write_summary(str(tmp_path), header, rows)
+  assert text == ("| run | lr | variant | status | eval/seen/success | kl |\n"
+                  "|---|---|---|---|---|---|\n"
+                  "| 0 | 0.1 | seed | done | 0.25 | 0.001235 |\n"
+                  "| 1 | 0.2 | - | missing | - | - |\n")
+  assert (tmp_path / "summary.md").read_text() == text
+  assert (tmp_path / "summary.csv").read_text().splitlines() == [
+      "run,lr,variant,status,eval/seen/success,kl",
+      "0,0.1,seed,done,0.25,0.001235", "1,0.2,-,missing,-,-"]
+
+
+def test_local_runs_one_after_another(tmp_path, monkeypatch, capsys):
+  calls = []
+
+  def fake_main(argv):
+    calls.append(argv)
+    workdir = [a for a in argv if a.startswith("--gin.WORKDIR=")][0]
+    run_dir = workdir.split("=", 1)[1].strip("'")
+    if run_dir.endswith("/1"):
+      raise FloatingPointError("diverged")
+    _write_metrics(run_dir, [{"update": 1, "success_rate": 0.75}])
+
+  monkeypatch.setattr(train, "main", fake_main)
+  sweep_file = tmp_path / "two.py"
+  sweep_file.write_text(
+      "def sweep():\n"
+      "  for lr in (0.1, 0.2):\n"
+      "    yield {'train.train.learning_rate': lr}\n")
+  code = sweep.main([f"--sweep={sweep_file}", f"--gin_file={TINY}",
+                     f"--workdir={tmp_path}", "--local",
+                     "--gin.NUM_UPDATES=1", "--metrics=success_rate"])
+  assert code == 1  # one run failed
+  root = str(tmp_path / "two")
+  assert calls == [
+      sweep.train_argv([TINY], os.path.join(root, str(i)),
+                       {"train.train.learning_rate": lr},
+                       ["--gin.NUM_UPDATES=1"])
+      for i, lr in enumerate((0.1, 0.2))]
+  out = capsys.readouterr().out
+  assert "| 0 | 0.1 | done | 0.75 |" in out
+  assert "| 1 | 0.2 | failed | - |" in out
+  assert os.path.exists(os.path.join(root, "summary.csv"))
