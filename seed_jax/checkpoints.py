@@ -20,9 +20,11 @@ fails to restore, is reported and skipped in favour of the step before it
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import logging
 import os
+import shutil
 import time
 from typing import Any, Mapping
 import uuid
@@ -96,6 +98,38 @@ def check_writable(path: epath.PathLike) -> None:
 
 
 _check_writable = check_writable  # the name train.py first used
+
+
+def check_free_space(path: epath.PathLike, min_bytes: int) -> None:
+  """Checks that the filesystem holding `path` has `min_bytes` free.
+
+  Meant for before any expensive work: a save that runs out of space fails
+  late, in orbax's background thread. Paths that are not local directories
+  (gs://...) are not checked.
+
+  Args:
+    path: an existing directory (e.g. after `check_writable`).
+    min_bytes: the space the run needs, e.g. `tree_bytes(state) * (max_to_keep
+      + 1)`.
+
+  Raises:
+    OSError: errno ENOSPC, naming the path, the free and the needed space.
+  """
+  local = os.fspath(path)
+  if not os.path.isdir(local):
+    return
+  free = shutil.disk_usage(local).free
+  if free < min_bytes:
+    raise OSError(errno.ENOSPC,
+                  f"only {free / 2**30:.2f} GiB free in {local}; the run "
+                  f"needs at least {min_bytes / 2**30:.2f} GiB for its "
+                  "checkpoints; free some space or use another workdir")
+
+
+def tree_bytes(tree: Any) -> int:
+  """Bytes of a pytree of arrays or ShapeDtypeStructs (one checkpoint copy)."""
+  return sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize
+             for x in jax.tree.leaves(tree))
 
 
 def _walk(directory: epath.Path):

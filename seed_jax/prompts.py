@@ -169,7 +169,6 @@ def build_prompt(env_name: str, task: str, history: History, observation: str,
                                    history_length=history_length)
 
 
-_ACTION = re.compile(r"<action>(.*?)</action>", re.DOTALL)
 _PUT = re.compile(r"^put (.+?) (?:in/on|in|on) (.+)$")
 
 
@@ -197,10 +196,13 @@ def project_action(text: str, admissible: Sequence[str], *,
   if fallback is None:
     fallback = admissible[0] if admissible else ""
   lowered = (text or "").lower()
-  match = _ACTION.search(lowered)
-  if match is None or "<think>" not in lowered or "</think>" not in lowered:
+  # str.find, not a lazy regex: linear time even on replies full of
+  # unclosed <action> tags.
+  start = lowered.find("<action>")
+  end = lowered.find("</action>", start + 8) if start >= 0 else -1
+  if end < 0 or "<think>" not in lowered or "</think>" not in lowered:
     return fallback, False
-  action = " ".join(match.group(1).split())
+  action = " ".join(lowered[start + 8:end].split())
   if not action or len(action) > MAX_ACTION_CHARS:
     return fallback, False
   if not admissible or action in admissible:

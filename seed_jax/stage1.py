@@ -351,7 +351,13 @@ def read_dataset(data_dir: epath.PathLike, split: str, *,
 
   Returns:
     A RecordSource.
+
+  Raises:
+    FileNotFoundError: naming the folder when no such dataset was written.
   """
+  if not (epath.Path(data_dir) / name).exists():
+    raise FileNotFoundError(f"no dataset {name!r} in {os.fspath(data_dir)!r}; "
+                            "write it with write_dataset first")
   return RecordSource(tfds.data_source(name, split=split,
                                        data_dir=os.fspath(data_dir)))
 

@@ -56,6 +56,7 @@ def train(workdir: str, *,
           checkpoint_every: int = 1,
           max_to_keep: int = 2,
           max_consecutive_nonfinite: int = 3,
+          min_free_bytes: int = 1 << 30,
           mesh_shape: tuple[int, int, int] | None = None,
           rollout_chunks: int | None = None,
           teacher=None) -> dict[str, float]:
@@ -79,6 +80,7 @@ def train(workdir: str, *,
     checkpoint_every: save every this many updates (and at the end).
     max_to_keep: checkpoints kept.
     max_consecutive_nonfinite: stop after this many skipped updates in a row.
+    min_free_bytes: refuse to start with less free space in the workdir.
     mesh_shape: (data, fsdp, tensor) sizes of the training mesh over every
       process's devices (one size may be -1); None: one device.
     rollout_chunks: independent rollout chunks per update, split across
@@ -90,6 +92,7 @@ def train(workdir: str, *,
   """
   workdir = epath.Path(workdir)
   checkpoints.check_writable(workdir)  # fail before any expensive work
+  checkpoints.check_free_space(workdir, min_free_bytes)
   is_writer = jax.process_index() == 0
   if is_writer:
     (workdir / "config.gin").write_text(gin.config_str())

@@ -77,6 +77,9 @@ class RLConfig:
   remat: bool = False
 
   def __post_init__(self):
+    if self.mini_batch_size % self.micro_batches:
+      raise ValueError(f"mini_batch_size={self.mini_batch_size} does not "
+                       f"split into micro_batches={self.micro_batches}")
     if self.variant not in VARIANTS:
       raise ValueError(f"unknown variant {self.variant!r}; known: {VARIANTS}")
     if self.analyzer not in ANALYZERS:
@@ -371,11 +374,20 @@ class RLTrainer:
     arrays = rollout_lib.pad_samples(samples, pad_id=self.pad_id,
                                      prompt_buckets=rl.prompt_buckets,
                                      response_len=rl.max_new_tokens)
-    analyzed = np.asarray([s.traj_uid in found for s in samples])
-    skill_ids = [
-        self.policy.encode(skills.build_skill_prompt(s.prompt,
-                                                     found[s.traj_uid]))
-        if s.traj_uid in found else s.prompt_ids for s in samples]
+    # A skill that pushes its prompt past the largest bucket leaves that row
+    # without distillation (counted), like an analysis that does not parse.
+    limit = max(rl.prompt_buckets)
+    skill_ids, too_long = [], 0
+    for s in samples:
+      ids = s.prompt_ids
+      if s.traj_uid in found:
+        ids = self.policy.encode(
+            skills.build_skill_prompt(s.prompt, found[s.traj_uid]))
+        if len(ids) > limit:
+          ids, too_long = s.prompt_ids, too_long + 1
+      skill_ids.append(ids)
+    analyzed = np.asarray([s.traj_uid in found and ids is not s.prompt_ids
+                           for s, ids in zip(samples, skill_ids)])
     sk = sampler_lib.pad_left(skill_ids, buckets=rl.prompt_buckets,
                               pad_id=self.pad_id)
     n = len(samples)
@@ -409,6 +421,7 @@ class RLTrainer:
     gap = (skill_logp[:n] - old_logp[:n])[rmask & analyzed[:, None]]
     diff = np.abs(old_logp[:n] - arrays["old_logp"])[rmask]
     return batch, {
+        "skill_prompts_too_long": float(too_long),
         "logp_agreement": float(diff.mean()) if diff.size else 0.0,
         "skill_logp_gap": float(gap.mean()) if gap.size else 0.0,
         "valid_action_ratio": float(valid.mean()) if n else 0.0}
@@ -469,6 +482,8 @@ def evaluate(policy: rollout_lib.Policy, params, *, env_name: str, split: str,
   Returns:
     {"success": overall rate, "success/<family>": per family, "tasks": n}.
   """
+  if num_tasks < 1:
+    raise ValueError(f"evaluate needs num_tasks >= 1, got {num_tasks}")
   rng = rng if rng is not None else jax.random.key(0)
   wins: dict[str, list[bool]] = collections.defaultdict(list)
   done = 0
