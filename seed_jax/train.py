@@ -90,6 +90,8 @@ def train(workdir: str, *,
   Returns:
     The final evaluation metrics.
   """
+  if "://" not in str(workdir):  # orbax needs absolute local paths
+    workdir = os.path.abspath(workdir)
   workdir = epath.Path(workdir)
   checkpoints.check_writable(workdir)  # fail before any expensive work
   checkpoints.check_free_space(workdir, min_free_bytes)
