@@ -1,9 +1,10 @@
 """Log-probs of given responses: single-context and dual-context scoring.
 
 The dual form scores the same response tokens after two different prompts
-(ordinary and skill-augmented) in one forward: the two contexts are stacked on
-the batch axis ([2B, L]). Log-softmax runs in float32 over chunks of the
-response so that [2B, L, V] float32 logits never exist at once.
+(ordinary and skill-augmented) in one forward: each row packs its two contexts
+on the length axis as two segments that do not attend to each other, so that
+neither is padded to the other's length. Log-softmax runs in float32 over
+chunks of the response so that [B, R, V] float32 logits never exist at once.
 """
 
 from __future__ import annotations
@@ -90,15 +91,17 @@ def score(params, prompts, prompt_mask, responses, response_mask, *,
                       config=config, chunk=chunk)[0]
 
 
-def _left_pad_to(x, length):
-  return jnp.pad(x, ((0, 0), (length - x.shape[1], 0)))
-
-
 @functools.partial(jax.jit, static_argnames=("config", "chunk"))
 def score_dual(params, prompts_a, mask_a, prompts_b, mask_b, responses,
                response_mask, *, config: model_lib.ModelConfig,
                chunk: int = 64) -> tuple[jax.Array, jax.Array]:
   """Log-probs of the same responses under two contexts, in one forward.
+
+  Each row packs its two sequences on the length axis, [prompt_a, response,
+  prompt_b, response] ([B, Pa + Pb + 2R]), as two segments that attend only
+  within themselves: every dense layer runs once over both contexts, and
+  neither prompt is padded to the other's length (stacking them on the batch
+  axis would pad the ordinary prompt to the augmented one's bucket).
 
   Args:
     prompts_a: [B, Pa] left-padded ordinary prompts; mask_a [B, Pa].
@@ -106,16 +109,25 @@ def score_dual(params, prompts_a, mask_a, prompts_b, mask_b, responses,
     responses: [B, R] right-padded; response_mask [B, R].
 
   Returns:
-    (logp_a, logp_b), each [B, R] float32.
+    (logp_a, logp_b), each [B, R] float32; zero where response_mask is 0.
   """
-  B = responses.shape[0]
-  P = max(prompts_a.shape[1], prompts_b.shape[1])
-  prompts = jnp.concatenate([_left_pad_to(prompts_a, P),
-                             _left_pad_to(prompts_b, P)], axis=0)
-  pmask = jnp.concatenate([_left_pad_to(mask_a, P),
-                           _left_pad_to(mask_b, P)], axis=0)
-  resp = jnp.concatenate([responses, responses], axis=0)
-  rmask = jnp.concatenate([response_mask, response_mask], axis=0)
-  lp, _ = score_tokens(params, prompts, pmask, resp, rmask, config=config,
-                       chunk=chunk)
+  B, R = responses.shape
+  Pa, Pb = prompts_a.shape[1], prompts_b.shape[1]
+  La = Pa + R
+  tokens = jnp.concatenate([prompts_a, responses, prompts_b, responses],
+                           axis=1)
+  mask = jnp.concatenate([mask_a, response_mask, mask_b, response_mask],
+                         axis=1).astype(bool)
+  positions = jnp.concatenate([model_lib.positions_from_mask(mask[:, :La]),
+                               model_lib.positions_from_mask(mask[:, La:])],
+                              axis=1)
+  hidden, _ = model_lib.forward(params, tokens, positions, mask,
+                                config=config, segments=(La, Pb + R))
+  # The state before each response token predicts it, in either segment.
+  h = jnp.concatenate([hidden[:, Pa - 1:Pa - 1 + R],
+                       hidden[:, La + Pb - 1:La + Pb - 1 + R]], axis=0)
+  lp, _ = _chunked_logp(params, h, jnp.concatenate([responses, responses]),
+                        config=config, chunk=chunk, with_entropy=False)
+  lp = jnp.where(jnp.concatenate([response_mask, response_mask]).astype(bool),
+                 lp, 0.0)
   return lp[:B], lp[B:]

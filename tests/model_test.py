@@ -1,14 +1,17 @@
 """Parity of the Flax decoder with the transformers (PyTorch) reference."""
 
+import functools
 import json
 import os
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from seed_jax import hf
 from seed_jax import model as model_lib
+from seed_jax import testing
 from tests import hf_reference
 
 CASES = {
@@ -48,6 +51,66 @@ def test_logits_match_transformers(case, tmp_path):
   diff = np.abs(ours - theirs)[real].max()
   print(f"{case}: max |logit diff| = {diff:.2e}")
   assert diff <= 1e-4, diff
+
+
+def test_long_sequence_matches_transformers(tmp_path):
+  # 150 tokens: attention runs in several query blocks (64, 64, 22).
+  ref = _saved(tmp_path, "qwen2", {})
+  config, params = hf.load_pretrained(str(tmp_path))
+  rng = np.random.default_rng(3)
+  toks, mask = hf_reference.left_padded_batch(rng, 128, [150, 90, 1], 150)
+  ours = np.asarray(model_lib.apply(params, toks, mask, config=config))
+  theirs = hf_reference.torch_logits(ref, toks, mask)
+  diff = np.abs(ours - theirs)[mask.astype(bool)].max()
+  assert diff <= 1e-4, diff
+
+
+@pytest.mark.parametrize("dtype,atol", [("float32", 1e-5), ("bfloat16", 0.1)])
+def test_cached_prefill_and_steps_match_full_forward(dtype, atol):
+  cfg = testing.tiny_config(family="qwen3", dtype=dtype, param_dtype=dtype)
+  params = model_lib.init_params(cfg, jax.random.key(0))
+  rng = np.random.default_rng(4)
+  P, n = 130, 3  # a prefill in three query blocks, then n single steps
+  toks, mask = hf_reference.left_padded_batch(rng, 128, [130, 70], P + n)
+  full = np.asarray(model_lib.apply(params, toks, mask, config=cfg))
+  S = P + n + 2  # spare slots stay masked
+  kv_mask = np.concatenate([mask[:, :P], np.zeros((2, S - P), np.int32)], 1)
+  pos = np.asarray(model_lib.positions_from_mask(mask))
+  cache = model_lib.init_cache(cfg, 2, S)
+  step = jax.jit(functools.partial(model_lib.forward, config=cfg))
+  hidden, cache = model_lib.forward(params, toks[:, :P], pos[:, :P], kv_mask,
+                                    config=cfg, cache=cache, cache_index=0)
+  got = [model_lib.logits(params, hidden, config=cfg)]
+  for i in range(P, P + n):
+    kv_mask[:, i] = 1
+    hidden, cache = step(params, toks[:, i:i + 1], pos[:, i:i + 1], kv_mask,
+                         cache=cache, cache_index=jnp.int32(i))
+    got.append(model_lib.logits(params, hidden, config=cfg))
+  got = np.concatenate([np.asarray(g, np.float32) for g in got], axis=1)
+  real = mask.astype(bool)
+  assert np.abs(got - full)[real].max() <= atol * max(1, np.abs(full).max())
+
+
+def test_segments_equal_separate_forwards():
+  cfg = testing.tiny_config(family="llama")
+  params = model_lib.init_params(cfg, jax.random.key(1))
+  rng = np.random.default_rng(5)
+  a, ma = hf_reference.left_padded_batch(rng, 128, [70, 9], 80)
+  b, mb = hf_reference.left_padded_batch(rng, 128, [100, 40], 100)
+  run = lambda t, m, **kw: np.asarray(model_lib.forward(
+      params, t, model_lib.positions_from_mask(m), m, config=cfg, **kw)[0])
+  # The positions of a packed row count from the start of each segment.
+  pos = np.concatenate([model_lib.positions_from_mask(ma),
+                        model_lib.positions_from_mask(mb)], 1)
+  packed = np.asarray(model_lib.forward(
+      params, np.concatenate([a, b], 1), pos, np.concatenate([ma, mb], 1),
+      config=cfg, segments=(80, 100))[0])
+  np.testing.assert_allclose(packed[:, :80][ma.astype(bool)],
+                             run(a, ma)[ma.astype(bool)], atol=1e-5)
+  np.testing.assert_allclose(packed[:, 80:][mb.astype(bool)],
+                             run(b, mb)[mb.astype(bool)], atol=1e-5)
+  with pytest.raises(ValueError, match="do not sum"):
+    run(a, ma, segments=(40, 41))
 
 
 def test_config_from_hf_fields():

