@@ -1,6 +1,6 @@
 r"""Entry point: SEED / GRPO training configured with gin.
 
-  python -m seed_jax.train                       # configs/experiments/demo.gin
+  python -m seed_jax.train                       # configs/experiments/tiny.gin
   python -m seed_jax.train --gin_file=configs/experiments/smollm2.gin \
       --gin.WORKDIR="'/tmp/run'" --gin.trainer.RLConfig.variant="'grpo'"
 
@@ -32,7 +32,7 @@ from seed_jax import policies
 from seed_jax import train_step as ts
 from seed_jax import trainer as trainer_lib
 
-DEFAULT_GIN = "configs/experiments/demo.gin"
+DEFAULT_GIN = "configs/experiments/tiny.gin"
 
 
 class NonFiniteError(RuntimeError):
