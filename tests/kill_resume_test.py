@@ -73,8 +73,11 @@ def test_killed_runs_resume_to_the_uninterrupted_metrics(tmp_path):
 
   workdir = tmp_path / "killed"
   steps_dir = workdir / "checkpoints"
-  # (fault point, the steps the restart may resume from).
-  chain = [("rollout:1", (None,)), ("checkpoint:1", (1,)),
+  # (fault point, the steps the restart may resume from). Step 1 is saved
+  # asynchronously while update 1 starts: a kill during update 1's rollout
+  # may land before those files are complete, and then the next run rightly
+  # starts again from scratch (None) instead of from step 1.
+  chain = [("rollout:1", (None,)), ("checkpoint:1", (None, 1)),
            ("analysis:2", (1, 2)), ("train_step:2", (2,))]
   for fault, resume_from in chain:
     proc = _run(workdir, cache, fault)
