@@ -13,31 +13,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-_REGISTRY: dict[str, Callable[..., Any]] = {}
+from seed_jax import registry as registry_lib
+
+_REGISTRY = registry_lib.Registry("advantage")
+register = _REGISTRY.register
+get = _REGISTRY.get
 
 NORMS = ("mean_std_norm", "mean_norm")
 STATS_OVER = ("samples", "trajectories")
-
-
-def register(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-  """Registers an advantage function under `name` (for gin selection)."""
-  def wrap(fn):
-    if name in _REGISTRY:
-      raise ValueError(f"advantage {name!r} is already registered")
-    _REGISTRY[name] = fn
-    return fn
-  return wrap
-
-
-def get(name: str) -> Callable[..., Any]:
-  """Returns the advantage function registered as `name`.
-
-  Raises:
-    ValueError: if no function has that name; the message lists known names.
-  """
-  if name not in _REGISTRY:
-    raise ValueError(f"unknown advantage {name!r}; known: {sorted(_REGISTRY)}")
-  return _REGISTRY[name]
 
 
 def dense_ids(ids: Sequence[Any] | np.ndarray) -> tuple[np.ndarray, int]:

@@ -12,33 +12,16 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-_REGISTRY: dict[str, Callable[..., Any]] = {}
+from seed_jax import registry as registry_lib
+
+_REGISTRY = registry_lib.Registry("loss")
+register = _REGISTRY.register
+get = _REGISTRY.get
 
 Metrics = dict[str, jax.Array]
 
 # exp() of a log-ratio beyond this overflows float32 gradients; verl clamps alike.
 _MAX_LOG_RATIO = 20.0
-
-
-def register(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-  """Registers a loss function under `name` (for gin selection)."""
-  def wrap(fn):
-    if name in _REGISTRY:
-      raise ValueError(f"loss {name!r} is already registered")
-    _REGISTRY[name] = fn
-    return fn
-  return wrap
-
-
-def get(name: str) -> Callable[..., Any]:
-  """Returns the loss function registered as `name`.
-
-  Raises:
-    ValueError: if no function has that name; the message lists known names.
-  """
-  if name not in _REGISTRY:
-    raise ValueError(f"unknown loss {name!r}; known: {sorted(_REGISTRY)}")
-  return _REGISTRY[name]
 
 
 def _f32(x: jax.Array) -> jax.Array:
