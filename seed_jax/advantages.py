@@ -6,7 +6,7 @@ Per-sample arrays are `[N]`; per-token arrays are `[B, L]` over response tokens.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import jax

@@ -6,7 +6,7 @@ response mask (1 on response tokens, 0 on padding). `sg` is stop-gradient.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import jax

