@@ -126,8 +126,8 @@ def main() -> None:
 
     def ours(n, cfg=cfg, params=params):
       out = sampler.sample(params, tokens, mask, jax.random.key(0),
-                           config=cfg, max_new_tokens=n, sampling=sampler.Greedy(),
-                           eos_ids=(), pad_id=pad)
+                           config=cfg, max_new_tokens=n,
+                           sampling=sampler.Greedy(), eos_ids=(), pad_id=pad)
       return np.asarray(jax.block_until_ready(out.tokens))
     systems[f"seed_jax {dt}"] = ours
 
@@ -207,7 +207,9 @@ def main() -> None:
     print(line)
 
   result = {
-      "benchmark": "sampler", "args": vars(args), "cores": cores,
+      "benchmark": "sampler",
+      "args": dict(vars(args), out=os.path.basename(args.out)),
+      "cores": cores,
       "load_avg_before": load_before, "load_avg_after": load_after,
       "machine": cpu_name(),
       "versions": {"jax": jax.__version__, "torch": torch.__version__,
