@@ -373,6 +373,37 @@ class Checkpointer:
                          f"(tried steps {steps}); see the warnings above")
     return None
 
+  def restore(self, step: int, abstract_state: Any,
+              abstract_reference: Any = None) -> Restored:
+    """Restores one given step (e.g. to evaluate it), with no fallback.
+
+    Args:
+      step: the step to restore; one of `all_steps()`.
+      abstract_state, abstract_reference: as in `restore_latest`.
+
+    Returns:
+      The restored step.
+
+    Raises:
+      ValueError: when the step does not exist (the message lists the
+        existing ones) or was written for a different model config.
+      RuntimeError: when the step's files do not match its manifest.
+    """
+    self.wait()
+    self._manager.reload()
+    steps = sorted(self._manager.all_steps())
+    if step not in steps:
+      raise ValueError(f"no checkpoint step {step} in {self.directory}; the "
+                       f"steps there are {steps}")
+    problem = check_manifest(self.directory / str(step))
+    if problem is not None:
+      raise RuntimeError(f"checkpoint step {step} in {self.directory} is "
+                         f"corrupt ({problem})")
+    host = self._manager.restore(step, args=ocp.args.Composite(
+        host=ocp.args.JsonRestore())).host
+    self._check_model(host.get("model_config"))
+    return self._restore(step, host, abstract_state, abstract_reference)
+
   def _restore(self, step, host, abstract_state, abstract_reference):
     step_dir = self.directory / str(step)
     items = dict(state=ocp.args.StandardRestore(abstract_state))

@@ -250,3 +250,21 @@ def test_unwritable_workdir_read_only(tmp_path):
       checkpoints.Checkpointer(tmp_path)
   finally:
     os.chmod(tmp_path, 0o700)
+
+
+def test_restore_a_given_step(saved):
+  with checkpoints.Checkpointer(saved, model_config=CONFIG) as ckpt:
+    out = ckpt.restore(2, *_abstract(_mesh()))
+    assert out.step == 2 and out.host == {"data_position": 2}
+    _assert_tree_equal((out.state, out.reference), _make(2))
+    with pytest.raises(ValueError, match=r"no checkpoint step 1 .*\[2, 3\]"):
+      ckpt.restore(1, _abstract(_mesh())[0])
+
+
+def test_restore_a_given_corrupt_step_is_an_error(saved, tmp_path):
+  workdir = _copy(saved, tmp_path)
+  os.truncate(_largest_file(workdir / "checkpoints" / "2"), 1)
+  with checkpoints.Checkpointer(workdir, model_config=CONFIG) as ckpt:
+    with pytest.raises(RuntimeError, match="step 2 .* corrupt"):
+      ckpt.restore(2, _abstract(_mesh())[0])
+    assert ckpt.all_steps() == [2, 3]  # nothing moved
