@@ -202,7 +202,7 @@ class Checkpointer:
   def __init__(self, workdir: epath.PathLike, *,
                model_config: model_lib.ModelConfig | None = None,
                max_to_keep: int = 3, save_interval: int = 1,
-               asynchronous: bool = True):
+               asynchronous: bool = True, read_only: bool = False):
     """Opens (and creates) the checkpoint directory.
 
     Args:
@@ -212,21 +212,30 @@ class Checkpointer:
       save_interval: `save` writes only steps that are multiples of it
         (unless forced).
       asynchronous: write files in a background thread.
+      read_only: only restore (`restore`; `restore_latest` may still move a
+        corrupt step aside): nothing is created, and the temporary
+        directories of a save in progress (a run still training) are left
+        alone, where a writable Checkpointer deletes them when it opens.
 
     Raises:
-      PermissionError: when the directory cannot be created or written.
+      PermissionError: when the directory cannot be created or written
+        (unless read_only).
     """
     self.workdir = epath.Path(workdir)
     self.directory = self.workdir / "checkpoints"
-    check_writable(self.directory)
+    if not read_only:
+      check_writable(self.directory)
     self._model = _config_dict(model_config)
     self._unverified: list[int] = []
     policies = ocp.checkpoint_managers
-    options = ocp.CheckpointManagerOptions(
-        save_decision_policy=policies.FixedIntervalPolicy(save_interval),
-        preservation_policy=policies.LatestN(max_to_keep),
-        cleanup_tmp_directories=True,
-        enable_async_checkpointing=asynchronous)
+    if read_only:
+      options = ocp.CheckpointManagerOptions(read_only=True, create=False)
+    else:
+      options = ocp.CheckpointManagerOptions(
+          save_decision_policy=policies.FixedIntervalPolicy(save_interval),
+          preservation_policy=policies.LatestN(max_to_keep),
+          cleanup_tmp_directories=True,
+          enable_async_checkpointing=asynchronous)
     self._manager = ocp.CheckpointManager(self.directory, options=options,
                                           item_names=ITEMS)
 

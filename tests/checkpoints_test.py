@@ -268,3 +268,22 @@ def test_restore_a_given_corrupt_step_is_an_error(saved, tmp_path):
     with pytest.raises(RuntimeError, match="step 2 .* corrupt"):
       ckpt.restore(2, _abstract(_mesh())[0])
     assert ckpt.all_steps() == [2, 3]  # nothing moved
+
+
+def test_read_only_leaves_a_save_in_progress_alone(saved, tmp_path):
+  workdir = _copy(saved, tmp_path)
+  # What a run still training has on disk while it writes step 4.
+  partial = workdir / "checkpoints" / "4.orbax-checkpoint-tmp-1234"
+  (partial / "state").mkdir(parents=True)
+  with checkpoints.Checkpointer(workdir, model_config=CONFIG,
+                                read_only=True) as ckpt:
+    assert ckpt.all_steps() == [2, 3]
+    assert ckpt.restore(3, _abstract(_mesh())[0]).step == 3
+  assert partial.exists()
+  assert sorted(os.listdir(workdir)) == ["checkpoints"]  # no probe left
+
+
+def test_read_only_creates_nothing(tmp_path):
+  with checkpoints.Checkpointer(tmp_path / "none", read_only=True) as ckpt:
+    assert ckpt.all_steps() == [] and ckpt.latest_step() is None
+  assert not (tmp_path / "none").exists()
