@@ -480,7 +480,8 @@ def evaluate(policy: rollout_lib.Policy, params, *, env_name: str, split: str,
   """Success rate on `num_tasks` tasks of a split, no skills in the prompt.
 
   Returns:
-    {"success": overall rate, "success/<family>": per family, "tasks": n}.
+    {"success": overall rate, "success/<family>": per family, "tasks": n,
+     "tasks/<family>": tasks of that family}.
   """
   if num_tasks < 1:
     raise ValueError(f"evaluate needs num_tasks >= 1, got {num_tasks}")
@@ -507,4 +508,5 @@ def evaluate(policy: rollout_lib.Policy, params, *, env_name: str, split: str,
          "tasks": float(done)}
   for fam, v in sorted(wins.items()):
     out[f"success/{fam}"] = float(np.mean(v))
+    out[f"tasks/{fam}"] = float(len(v))
   return out
