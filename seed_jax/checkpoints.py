@@ -229,7 +229,8 @@ class Checkpointer:
     self._unverified: list[int] = []
     policies = ocp.checkpoint_managers
     if read_only:
-      options = ocp.CheckpointManagerOptions(read_only=True, create=False)
+      options = ocp.CheckpointManagerOptions(
+          read_only=True, create=False, save_interval_steps=0)
     else:
       options = ocp.CheckpointManagerOptions(
           save_decision_policy=policies.FixedIntervalPolicy(save_interval),

@@ -1,0 +1,310 @@
+r"""Scores a training run's checkpoint on the seen and unseen splits, no skills.
+
+  python -m seed_jax.evaluate --workdir=RUN                # latest checkpoint
+  python -m seed_jax.evaluate --workdir=RUN --step=40 --num_tasks=128 \
+      --out_json=eval40.json --out_csv=eval40.csv
+
+The run's own settings (policy, environment, rollout length, history) come
+from the `config.gin` its training wrote; the policy's config and tokenizer
+from `RUN/policy` (or, for a policy that is not cached there, from the
+configured policy function), the weights from the checkpoint. Checkpoints are
+opened read-only, so a run that is still training can be evaluated. With
+`--seed` equal to the run's seed and its `eval_tasks` and
+`eval_temperature`, the numbers are those of the run's own evaluation at
+that update (same tasks, same sampling keys).
+
+Writes JSON (every metric, named as in the run's metrics.jsonl:
+"eval/seen/success", "eval/unseen/success/<family>", ...) and CSV (split,
+family, success, tasks), by default to `RUN/eval/step_<N>.{json,csv}`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import inspect
+import io
+import json
+import os
+import sys
+from typing import Any, Callable, Sequence
+
+from etils import epath
+import jax
+import optax
+
+from seed_jax import checkpoints
+from seed_jax import hf
+from seed_jax import rollout as rollout_lib
+from seed_jax import trainer as trainer_lib
+
+SPLITS = ("eval_seen", "eval_unseen")
+# The trainer's evaluation at update u samples with fold_in(key(seed),
+# EVAL_RNG_OFFSET + u) (seed_jax/train.py); the same keys here.
+EVAL_RNG_OFFSET = 10_000_000
+
+
+def checkpoint_steps(workdir: epath.PathLike) -> list[int]:
+  """The saved steps of a run, oldest first.
+
+  Raises:
+    FileNotFoundError: when the workdir does not exist or holds no
+      checkpoint.
+  """
+  workdir = epath.Path(workdir)
+  if not workdir.is_dir():
+    raise FileNotFoundError(f"workdir {workdir} does not exist")
+  with checkpoints.Checkpointer(workdir, read_only=True) as ckpt:
+    steps = sorted(ckpt.all_steps())
+  if not steps:
+    raise FileNotFoundError(
+        f"no checkpoint in {workdir / 'checkpoints'}: the run has not saved "
+        "one yet (or this is not a training workdir)")
+  return steps
+
+
+def pick_step(steps: Sequence[int], step: int | None) -> int:
+  """`step`, or the latest of `steps` when None.
+
+  Raises:
+    ValueError: when `step` is not among `steps` (the message lists them).
+  """
+  if step is None:
+    return max(steps)
+  if step not in steps:
+    raise ValueError(f"no checkpoint of update {step}; the saved updates are "
+                     f"{sorted(steps)}")
+  return step
+
+
+def load_policy(workdir: epath.PathLike, policy_fn: Callable[..., Any] | None,
+                *, seed: int = 0):
+  """The model config and tokenizer a run trained with.
+
+  Args:
+    workdir: the run's directory.
+    policy_fn: the run's `policy_fn(workdir, seed=)`, used when
+      `workdir/policy` has no config.json (a policy read from its own source
+      each time, such as a Hugging Face folder without Stage 1).
+    seed: the run's seed, passed to `policy_fn`.
+
+  Returns:
+    (model config, tokenizer).
+  """
+  folder = epath.Path(workdir) / "policy"
+  if (folder / "config.json").exists():
+    return hf.load_config(os.fspath(folder)), hf.load_tokenizer(
+        os.fspath(folder))
+  if policy_fn is None:
+    raise FileNotFoundError(f"{folder} holds no policy and no policy_fn was "
+                            "given to rebuild it")
+  policy = policy_fn(epath.Path(workdir), seed=seed)
+  return policy.config, policy.tokenizer
+
+
+def score(policy: rollout_lib.Policy, params, *, env_name: str,
+          num_tasks: int, max_steps: int, history_length: int,
+          temperature: float, rng: jax.Array,
+          env_kwargs: dict[str, Any] | None = None) -> dict[str, float]:
+  """Success on both evaluation splits, no skills in the prompt.
+
+  Returns:
+    {"eval/seen/success": 0.5, "eval/seen/success/<family>": ...,
+     "eval/seen/tasks": 64.0, "eval/seen/tasks/<family>": ..., and the same
+     for "eval/unseen/..."}; both splits sample with `rng`, as the trainer's
+     evaluations do.
+  """
+  out = {}
+  for split in SPLITS:
+    res = trainer_lib.evaluate(
+        policy, params, env_name=env_name, split=split, num_tasks=num_tasks,
+        max_steps=max_steps, history_length=history_length,
+        temperature=temperature, rng=rng, env_kwargs=env_kwargs)
+    out.update({f"eval/{split[5:]}/{k}": v for k, v in res.items()})
+  return out
+
+
+def evaluate_run(workdir: epath.PathLike, *,
+                 policy_fn: Callable[..., Any] | None,
+                 rl: trainer_lib.RLConfig,
+                 tx: optax.GradientTransformation,
+                 env_name: str = "household",
+                 env_kwargs: dict[str, Any] | None = None,
+                 run_seed: int = 0, mesh=None, step: int | None = None,
+                 num_tasks: int = 64, temperature: float = 0.4,
+                 max_steps: int | None = None,
+                 history_length: int | None = None,
+                 seed: int = 0) -> dict[str, Any]:
+  """Restores a run's checkpoint and scores it on the evaluation splits.
+
+  Args:
+    workdir: the run's directory.
+    policy_fn, run_seed: the run's policy function and seed (see
+      `load_policy`).
+    rl, tx, env_name, env_kwargs, mesh: the run's RL config, optimizer (its
+      state's structure is the restore target), environment and mesh
+      (None: one device).
+    step: the update to evaluate; None for the latest checkpoint.
+    num_tasks: tasks per split.
+    temperature: sampling temperature.
+    max_steps, history_length: episode length and history turns in the
+      prompt; None for the run's.
+    seed: seeds the sampling keys (with the update, as the trainer does).
+
+  Returns:
+    {"workdir", "step", "env_name", "num_tasks", "temperature", "max_steps",
+     "history_length", "seed", "metrics": the `score` dict}.
+
+  Raises:
+    FileNotFoundError: no workdir, no checkpoint; ValueError: a step that
+      was not saved, a checkpoint of another model.
+  """
+  workdir = epath.Path(os.path.abspath(os.fspath(workdir)))
+  step = pick_step(checkpoint_steps(workdir), step)
+  config, tokenizer = load_policy(workdir, policy_fn, seed=run_seed)
+  rl_trainer = trainer_lib.RLTrainer(config, tokenizer, rl, env_name=env_name,
+                                     tx=tx, mesh=mesh, env_kwargs=env_kwargs)
+  with checkpoints.Checkpointer(workdir, model_config=config,
+                                read_only=True) as ckpt:
+    restored = ckpt.restore(step, rl_trainer.abstract_state())
+  params = rl_trainer.local_params(restored.state.params)
+  settings = dict(
+      env_name=env_name, num_tasks=int(num_tasks),
+      temperature=float(temperature),
+      max_steps=int(rl.max_steps if max_steps is None else max_steps),
+      history_length=int(rl.history_length if history_length is None
+                         else history_length),
+      seed=int(seed))
+  rng = jax.random.fold_in(jax.random.key(seed), EVAL_RNG_OFFSET + step)
+  metrics = score(rl_trainer.policy, params, rng=rng, env_kwargs=env_kwargs,
+                  **{k: v for k, v in settings.items() if k != "seed"})
+  return dict(workdir=os.fspath(workdir), step=step, **settings,
+              metrics=metrics)
+
+
+def rows(metrics: dict[str, float]) -> list[dict[str, Any]]:
+  """CSV rows of a `score` dict: the overall row ("all"), then each family.
+
+  Example:
+    rows({"eval/seen/success": 0.5, "eval/seen/tasks": 4.0,
+          "eval/seen/success/heat": 1.0, "eval/seen/tasks/heat": 2.0, ...})
+    -> [{"split": "seen", "family": "all", "success": 0.5, "tasks": 4},
+        {"split": "seen", "family": "heat", "success": 1.0, "tasks": 2}, ...]
+  """
+  out = []
+  for split in (s[5:] for s in SPLITS):
+    prefix = f"eval/{split}/success/"
+    families = sorted(k[len(prefix):] for k in metrics if k.startswith(prefix))
+    for fam in ["all"] + families:
+      suffix = "" if fam == "all" else f"/{fam}"
+      tasks = metrics.get(f"eval/{split}/tasks{suffix}")
+      out.append(dict(split=split, family=fam,
+                      success=metrics[f"eval/{split}/success{suffix}"],
+                      tasks=None if tasks is None else int(tasks)))
+  return out
+
+
+def csv_text(table: Sequence[dict[str, Any]]) -> str:
+  buf = io.StringIO()
+  writer = csv.DictWriter(buf, fieldnames=["split", "family", "success",
+                                           "tasks"], lineterminator="\n")
+  writer.writeheader()
+  writer.writerows(table)
+  return buf.getvalue()
+
+
+def format_table(table: Sequence[dict[str, Any]]) -> str:
+  """The rows as aligned text: family, then success (tasks) per split."""
+  by = {(r["split"], r["family"]): r for r in table}
+  families = ["all"] + sorted({r["family"] for r in table} - {"all"})
+  lines = [f"{'family':20s}{'seen':>16s}{'unseen':>16s}"]
+  for fam in families:
+    cells = []
+    for split in ("seen", "unseen"):
+      r = by.get((split, fam))
+      cells.append(f"{r['success']:.3f} ({r['tasks']})" if r else "-")
+    lines.append(f"{fam:20s}" + "".join(f"{c:>16s}" for c in cells))
+  return "\n".join(lines)
+
+
+# -- entry point --------------------------------------------------------------
+
+
+def _run_settings(workdir: str) -> dict[str, Any]:
+  """The run's `train.train` arguments, from the config.gin it wrote."""
+  # Imported here: gin is the entry point's business, not the library's.
+  import gin  # pylint: disable=g-import-not-at-top
+  from seed_jax import train as train_lib  # pylint: disable=g-import-not-at-top
+  path = os.path.join(workdir, "config.gin")
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"{path} is missing: the run's settings are read "
+                            "from the config.gin its training wrote")
+  gin.clear_config()
+  gin.parse_config_file(path)
+  defaults = {k: p.default for k, p in
+              inspect.signature(train_lib.train).parameters.items()
+              if p.default is not inspect.Parameter.empty}
+  return {**defaults, **gin.get_bindings(train_lib.train)}
+
+
+def parse_flags(argv):
+  parser = argparse.ArgumentParser(
+      description="Score a training run's checkpoint on the seen and unseen "
+      "splits, per task family, with no skills in the prompt.")
+  parser.add_argument("--workdir", required=True, help="the run's workdir")
+  parser.add_argument("--step", type=int, default=None,
+                      help="the update to evaluate (default: the latest)")
+  parser.add_argument("--num_tasks", type=int, default=64,
+                      help="tasks per split")
+  parser.add_argument("--temperature", type=float, default=0.4)
+  parser.add_argument("--max_steps", type=int, default=None,
+                      help="episode length (default: the run's)")
+  parser.add_argument("--history_length", type=int, default=None,
+                      help="history turns in the prompt (default: the run's)")
+  parser.add_argument("--seed", type=int, default=0,
+                      help="seeds the sampling keys")
+  parser.add_argument("--out_json", default=None,
+                      help="default WORKDIR/eval/step_<N>.json")
+  parser.add_argument("--out_csv", default=None,
+                      help="default WORKDIR/eval/step_<N>.csv")
+  return parser.parse_args(argv)
+
+
+def main(argv=None) -> dict[str, Any]:
+  args = parse_flags(sys.argv[1:] if argv is None else argv)
+  from seed_jax import partitioning  # pylint: disable=g-import-not-at-top
+  from seed_jax import train_step  # pylint: disable=g-import-not-at-top
+  workdir = os.path.abspath(args.workdir)
+  try:
+    step = pick_step(checkpoint_steps(workdir), args.step)
+    run = _run_settings(workdir)
+  except (FileNotFoundError, ValueError) as e:
+    raise SystemExit(f"error: {e}") from e
+  tx = train_step.make_optimizer(
+      run["learning_rate"], weight_decay=run["weight_decay"],
+      grad_clip=run["grad_clip"], warmup_steps=run["warmup_steps"])
+  mesh = (partitioning.make_mesh(run["mesh_shape"]) if run["mesh_shape"]
+          else None)
+  report = evaluate_run(
+      workdir, policy_fn=run["policy_fn"], rl=run["rl"], tx=tx,
+      env_name=run["env_name"], env_kwargs=run["env_kwargs"],
+      run_seed=run["seed"], mesh=mesh, step=step, num_tasks=args.num_tasks,
+      temperature=args.temperature, max_steps=args.max_steps,
+      history_length=args.history_length, seed=args.seed)
+  table = rows(report["metrics"])
+  base = os.path.join(workdir, "eval", f"step_{step}")
+  out_json = args.out_json or base + ".json"
+  out_csv = args.out_csv or base + ".csv"
+  for path, text in ((out_json, json.dumps(report, indent=1) + "\n"),
+                     (out_csv, csv_text(table))):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+      f.write(text)
+  print(f"update {step} of {workdir}, {args.num_tasks} tasks per split, "
+        f"temperature {args.temperature}:\n{format_table(table)}\n"
+        f"wrote {out_json} and {out_csv}", flush=True)
+  return report
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,138 @@
+"""`python -m seed_jax.evaluate` on a tiny training run, and its bad inputs."""
+
+import csv
+import json
+import os
+import shutil
+
+import gin
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+from seed_jax import evaluate
+from seed_jax import hf
+from seed_jax import testing
+from seed_jax import train
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = os.path.join(ROOT, "configs/experiments/tiny.gin")
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+  """A tiny SEED run of 2 updates (checkpoints 1 and 2, evaluated at 0, 2)."""
+  workdir = str(tmp_path_factory.mktemp("evaluate") / "run")
+  gin.clear_config()
+  train.main(["--gin_file", TINY, f"--gin.WORKDIR='{workdir}'"])
+  gin.clear_config()
+  return workdir
+
+
+def _assert_tree_equal(a, b):
+  jax.tree.map(lambda x, y: np.testing.assert_array_equal(
+      np.asarray(x), np.asarray(y)), a, b)
+
+
+def _history(workdir):
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    return {r["update"]: r for r in map(json.loads, f)}
+
+
+def test_reproduces_the_runs_own_evaluation(run_dir, tmp_path, monkeypatch):
+  scored = []
+  real_score = evaluate.score
+  monkeypatch.setattr(evaluate, "score", lambda policy, params, **kw: (
+      scored.append(params) or real_score(policy, params, **kw)))
+  out_json, out_csv = tmp_path / "e.json", tmp_path / "e.csv"
+  # The run's eval_tasks (2), eval_temperature (0.4) and seed (0).
+  report = evaluate.main(["--workdir", run_dir, "--num_tasks", "2",
+                          "--out_json", str(out_json),
+                          "--out_csv", str(out_csv)])
+  assert report["step"] == 2 and report["max_steps"] == 2
+  assert report["history_length"] == 1
+  want = {k: v for k, v in _history(run_dir)[2].items()
+          if k.startswith("eval/")}
+  assert report["metrics"] == want
+  assert "eval/unseen/tasks/heat" in want  # per-family task counts
+
+  # The weights scored are the checkpoint's (read here without a target),
+  # not the initial policy's.
+  saved = ocp.StandardCheckpointer().restore(
+      os.path.join(run_dir, "checkpoints", "2", "state"))["params"]
+  _assert_tree_equal(scored[0], saved)
+  initial = testing.tiny_policy(seed=0).params
+  assert any(not np.array_equal(a, b) for a, b in
+             zip(jax.tree.leaves(saved), jax.tree.leaves(initial)))
+
+  assert json.loads(out_json.read_text()) == json.loads(json.dumps(report))
+  with open(out_csv) as f:
+    table = list(csv.DictReader(f))
+  assert table[0] == {"split": "seen", "family": "all",
+                      "success": str(want["eval/seen/success"]),
+                      "tasks": "2"}
+  families = [r["family"] for r in table if r["split"] == "unseen"]
+  assert families == ["all", "cool", "heat"]
+  assert sum(int(r["tasks"]) for r in table
+             if r["split"] == "unseen" and r["family"] != "all") == 2
+
+
+def test_a_policy_folder_and_an_earlier_step(run_dir, tmp_path):
+  """A run whose policy is cached in `policy/` (as policies.prepare does)."""
+  workdir = str(tmp_path / "run")
+  shutil.copytree(run_dir, workdir)
+  policy = testing.tiny_policy(seed=0)
+  hf.save_pretrained(os.path.join(workdir, "policy"), policy.config,
+                     policy.params, tokenizer=policy.tokenizer)
+  # tiny_policy would give another config: the folder is what is read.
+  with open(os.path.join(workdir, "config.gin"), "a") as f:
+    f.write("testing.tiny_policy.hidden_size = 32\n")
+  report = evaluate.main(["--workdir", workdir, "--step", "1",
+                          "--num_tasks", "3", "--max_steps", "1",
+                          "--history_length", "2", "--seed", "7"])
+  assert (report["step"], report["num_tasks"], report["max_steps"],
+          report["history_length"], report["seed"]) == (1, 3, 1, 2, 7)
+  assert report["metrics"]["eval/seen/tasks"] == 3.0
+  assert os.path.exists(os.path.join(workdir, "eval", "step_1.json"))
+  assert os.path.exists(os.path.join(workdir, "eval", "step_1.csv"))
+
+
+def test_bad_inputs_are_clear_errors(run_dir, tmp_path):
+  with pytest.raises(SystemExit, match="workdir .*nowhere does not exist"):
+    evaluate.main(["--workdir", str(tmp_path / "nowhere")])
+  with pytest.raises(SystemExit, match="no checkpoint in"):
+    evaluate.main(["--workdir", str(tmp_path)])
+  assert os.listdir(tmp_path) == []  # nothing created
+  with pytest.raises(SystemExit, match=r"no checkpoint of update 5; the "
+                     r"saved updates are \[1, 2\]"):
+    evaluate.main(["--workdir", run_dir, "--step", "5"])
+  workdir = str(tmp_path / "no_config")
+  shutil.copytree(run_dir, workdir)
+  os.remove(os.path.join(workdir, "config.gin"))
+  with pytest.raises(SystemExit, match="config.gin is missing"):
+    evaluate.main(["--workdir", workdir])
+
+
+def test_rows_and_table():
+  metrics = {"eval/seen/success": 0.5, "eval/seen/tasks": 4.0,
+             "eval/seen/success/pick": 1.0, "eval/seen/tasks/pick": 2.0,
+             "eval/seen/success/clean": 0.0, "eval/seen/tasks/clean": 2.0,
+             "eval/unseen/success": 0.25, "eval/unseen/tasks": 4.0,
+             "eval/unseen/success/heat": 0.25, "eval/unseen/tasks/heat": 4.0}
+  table = evaluate.rows(metrics)
+  assert table == [
+      dict(split="seen", family="all", success=0.5, tasks=4),
+      dict(split="seen", family="clean", success=0.0, tasks=2),
+      dict(split="seen", family="pick", success=1.0, tasks=2),
+      dict(split="unseen", family="all", success=0.25, tasks=4),
+      dict(split="unseen", family="heat", success=0.25, tasks=4)]
+  assert evaluate.csv_text(table).splitlines()[:2] == [
+      "split,family,success,tasks", "seen,all,0.5,4"]
+  line = lambda *cells: f"{cells[0]:20s}{cells[1]:>16s}{cells[2]:>16s}"
+  assert evaluate.format_table(table).splitlines() == [
+      line("family", "seen", "unseen"),
+      line("all", "0.500 (4)", "0.250 (4)"),
+      line("clean", "0.000 (2)", "-"),
+      line("heat", "-", "0.250 (4)"),
+      line("pick", "1.000 (2)", "-")]
