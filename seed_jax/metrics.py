@@ -256,3 +256,35 @@ def plot_learning_curve(history: MetricHistory | Iterable[Mapping[str, Any]],
   with epath.Path(path).open("wb") as f:
     fig.savefig(f, format="png")
   return drawn
+
+
+def success_table(first: dict[str, Any], final: dict[str, Any]) -> str:
+  """The seen/unseen success table: overall, then per task family.
+
+  Args:
+    first: the first evaluated update's scalars (the starting policy),
+      keyed "eval/<seen|unseen>/success[/<family>]"; may be empty.
+    final: the last update's scalars, keyed likewise.
+
+  Returns:
+    Text: one row per family ("all" first), columns start and final success
+    for each split; "-" where a value is missing.
+  """
+  families = sorted({k.split("/")[3] for k in [*first, *final]
+                     if k.startswith("eval/") and k.count("/") == 3
+                     and k.split("/")[2] == "success"})
+  splits = ("seen", "unseen")
+  start_col = any(f"eval/{s}/success" in first for s in splits)
+  cell = lambda v: f"{v:8.3f}" if v is not None else f"{'-':>8s}"
+  head = "".join(f"{s + ' start':>14s}{s + ' final':>14s}" if start_col else
+                 f"{s:>14s}" for s in splits)
+  lines = [f"{'success':16s}{head}"]
+  for fam in ["all"] + families:
+    key = "success" if fam == "all" else f"success/{fam}"
+    row = ""
+    for s in splits:
+      if start_col:
+        row += f"{cell(first.get(f'eval/{s}/{key}')):>14s}"
+      row += f"{cell(final.get(f'eval/{s}/{key}')):>14s}"
+    lines.append(f"{fam:16s}{row}")
+  return "\n".join(lines)

@@ -93,3 +93,22 @@ def test_plot_learning_curve(tmp_path):
   drawn = metrics.plot_learning_curve(history, path)
   assert drawn == ["success_rate", "eval/seen/success"]
   assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_success_table_rows_and_columns():
+  first = {"eval/seen/success": 0.125, "eval/unseen/success": 0.0625,
+           "eval/seen/success/pick": 0.5, "eval/seen/tasks": 8.0}
+  final = {"eval/seen/success": 0.375, "eval/unseen/success": 0.25,
+           "eval/seen/success/pick": 0.75, "eval/unseen/success/heat": 1.0,
+           "loss": 0.3}
+  lines = metrics.success_table(first, final).splitlines()
+  assert lines[0].split() == ["success", "seen", "start", "seen", "final",
+                              "unseen", "start", "unseen", "final"]
+  assert [l.split()[0] for l in lines[1:]] == ["all", "heat", "pick"]
+  assert lines[1].split()[1:] == ["0.125", "0.375", "0.062", "0.250"]
+  assert lines[2].split()[1:] == ["-", "-", "-", "1.000"]
+  assert lines[3].split()[1:] == ["0.500", "0.750", "-", "-"]
+  # Without a starting evaluation: one column per split.
+  lines = metrics.success_table({}, final).splitlines()
+  assert lines[0].split() == ["success", "seen", "unseen"]
+  assert lines[1].split()[1:] == ["0.375", "0.250"]

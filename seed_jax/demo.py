@@ -1,0 +1,602 @@
+"""The demo policy's warm start: a small decoder trained from scratch.
+
+DESIGN.md §3: the demo stands in for a pretrained instruct model with a small
+llama-family decoder and a BPE tokenizer fitted to the household game's text.
+Its warm start teaches what an instruct model brings to SEED:
+
+  * acting (no skill): an imperfect expert — it searches without peeking and
+    sometimes takes a random admissible action — answers "<think>Task: put a
+    mug in fridge. Find a mug.</think><action>go to cabinet 1</action>";
+  * following a skill in context: the rule-based annotator's hindsight skill
+    for the task (it names where things are) sits in the prompt
+    (`skills.build_skill_prompt`), and a better expert, one that goes where
+    the skill says, answers; so a skill changes, and improves, the action;
+  * analysis: the analysis prompt of an imperfect episode answered with the
+    annotator's JSON.
+
+`warm_start` builds those records, the tokenizer, the model, fine-tunes it
+with `stage1.sft` and measures plain success (`trainer.evaluate`), success
+with the hindsight skill of the policy's own episode in context, and the
+parse rate of its own analyses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import random
+import re
+import time
+from typing import Any, Callable, Sequence
+
+import jax
+import numpy as np
+import tokenizers
+import transformers
+
+from seed_jax import annotators
+from seed_jax import envs
+from seed_jax import model as model_lib
+from seed_jax import rollout as rollout_lib
+from seed_jax import sampler as sampler_lib
+from seed_jax import skills
+from seed_jax import stage1
+from seed_jax import tokenizer as tokenizer_lib
+from seed_jax import trainer
+from seed_jax.envs import base as envs_base
+from seed_jax.envs import household_world as hw
+from seed_jax.episodes import Episode
+
+ENV = "household"
+KINDS = ("act", "skill", "analysis")
+Record = dict[str, Any]  # stage1.FIELDS plus "kind" (one of KINDS)
+
+
+# -- demonstrations -------------------------------------------------------------
+
+
+def reason(world: hw.World) -> str:
+  """The demonstrator's short reason: the current sub-goal.
+
+  Example: a heat task holding a cold mug 1 -> "Heat the mug 1 with the
+  microwave 1."; holding nothing -> "Find a mug.".
+  """
+  t, fam, held = world.obj_type, world.family, world.holding
+  if held is None or hw.kind(held) != t:
+    placed = fam == "pick_two" and any(
+        hw.kind(o) == t and hw.kind(r) == world.target_type
+        for o, r in world.moved)
+    return f"Find a {'second ' if placed else ''}{t}."
+  need = hw.PROCESSED.get(fam)
+  if need and held not in world.states[need]:
+    return f"{fam.capitalize()} the {held} with the {hw.APPLIANCE[fam]} 1."
+  if fam == "look_at_in_light":
+    return f"Look at the {held} under the desklamp."
+  prep = world.task.split(f" {t} ", 1)[1].split(" ", 1)[0]  # "in" / "on"
+  return f"Put the {held} {prep} the {world.target_type}."
+
+
+def reply(world: hw.World, action: str) -> str:
+  """A demonstrated response: the task restated, the sub-goal, the action.
+
+  Example: "<think>Task: put a mug in fridge. Find a mug.</think><action>go
+  to cabinet 1</action>". Restating the task is copying the prompt's task
+  line token for token, the pattern a small model learns first (induction);
+  it puts the object and the target right before the decision.
+  """
+  return (f"<think>Task: {world.task}. {reason(world)}</think>"
+          f"<action>{action}</action>")
+
+
+def _scripted(pool: envs_base.EnvPool, make_expert: Callable[[int, Any], Any],
+              *, repeat: float = 0.0, seed: int = 0) -> rollout_lib.GenerateFn:
+  """A GenerateFn whose replies come from one expert per pool member.
+
+  With probability `repeat` a member repeats its previous action instead
+  (usually invalid: "go to" where it stands, "open" what is open), the slip
+  a small policy makes; the expert acts on from wherever that leaves it.
+  `rollout` asks for the members in `pool.active()` order; the experts are
+  built lazily, after the pool's reset.
+  """
+  experts: dict[int, Any] = {}
+  last: dict[int, str] = {}
+  rng = random.Random(seed)
+
+  def generate(prompts: Sequence[str], key: jax.Array):
+    del key
+    active = pool.active()
+    if len(active) != len(prompts):
+      raise RuntimeError("prompts do not match the pool's active members")
+    out = []
+    for i in active:
+      if i not in experts:
+        experts[i] = make_expert(i, pool.members[i])
+      if i in last and rng.random() < repeat:
+        action = last[i]
+      else:
+        action = experts[i].act()
+      last[i] = action
+      text = reply(pool.members[i].world, action)
+      out.append(rollout_lib.Generation(text, [], [], []))
+    return out
+
+  return generate
+
+
+def _play(seeds: Sequence[int], make_expert: Callable[[int, Any], Any], *,
+          max_steps: int, history_length: int, repeat: float = 0.0,
+          seed: int = 0) -> list[Episode]:
+  """One expert episode per train-split seed (household, groups of one)."""
+  pool = envs_base.EnvPool(ENV, num_groups=len(seeds), group_size=1,
+                           split="train", max_steps=max_steps)
+  result = rollout_lib.rollout(
+      _scripted(pool, make_expert, repeat=repeat, seed=seed), pool,
+      jax.random.key(0), env_name=ENV, max_steps=max_steps,
+      history_length=history_length, group_seeds=seeds)
+  return result.episodes
+
+
+def _names_start(skill: str, episode: Episode) -> bool:
+  """Whether `skill` names where the episode's first taken goal object was."""
+  gt = episode.ground_truth
+  taken = [o for o in gt.get("taken", []) if hw.kind(o) == gt["object_type"]]
+  if not taken:
+    return False
+  where = gt["start_locations"].get(taken[0])
+  return bool(where) and re.search(rf"\b{re.escape(where)}\b", skill) is not None
+
+
+def _record(prompt: str, response: str, ep: Episode, kind: str) -> Record:
+  return dict(prompt=prompt, response=response, task=ep.task,
+              family=ep.family, success=bool(ep.success), kind=kind)
+
+
+def demonstrations(*, num_tasks: int, seed: int = 0, max_steps: int = 20,
+                   history_length: int = 2, noise: float = 0.2,
+                   shuffle_search: bool = False, skill_fraction: float = 0.5,
+                   skill_noise: float = 0.0, analysis_fraction: float = 0.5,
+                   analysis_noise: Sequence[float] = (0.2, 0.5, 0.8),
+                   analysis_max_chars: int | None = 3000,
+                   repeat: float = 0.1, task_offset: int = 0
+                   ) -> list[Record]:
+  """Warm-start records from household train-split tasks.
+
+  Per task (seed s of the train split):
+    * "act": every valid step of an imperfect expert (no peeking, `noise`,
+      and `repeat` slips whose "Nothing happens." the next prompts show, so
+      that recovering is demonstrated, never the slip) with the plain rollout
+      prompt;
+    * "skill" (the first `skill_fraction` of tasks, in a seeded order): every
+      valid step of a better expert (peeking, `skill_noise`, slips as
+      above) whose prompt carries
+      the annotator's skill for the task: the hindsight skill of the imperfect
+      episode when it names where the better expert finds the object, else
+      that of the better expert's own episode;
+    * "analysis" (`analysis_fraction` of tasks): the analysis prompt of an
+      imperfect episode (noise cycling over `analysis_noise`, so failures
+      appear too) -> json.dumps(annotators.annotate(episode)).
+
+  Args:
+    num_tasks: train-split tasks.
+    seed: seeds the experts' noise and the task subsets.
+    max_steps: turn limit of the demonstrated episodes.
+    history_length: k in the rollout prompts (use the RL run's).
+    noise: the imperfect expert's random-action probability.
+    shuffle_search: the imperfect expert searches in a random order.
+    skill_fraction: share of tasks with a skill-following episode.
+    skill_noise: the skill-following expert's random-action probability.
+    analysis_fraction: share of tasks with an analysis example.
+    analysis_noise: noise levels of the analyzed episodes, cycled.
+    analysis_max_chars: length budget of analysis prompts (RL's must match).
+    repeat: probability of repeating the previous action (see `_scripted`).
+    task_offset: first train-split seed index.
+
+  Returns:
+    Records (stage1.FIELDS plus "kind"), acting ones first, in task order.
+  """
+  seeds = envs_base.split_seeds("train", num_tasks, start=task_offset)
+  rng = np.random.default_rng(seed)
+  order = rng.permutation(num_tasks)
+  with_skill = set(order[:round(skill_fraction * num_tasks)].tolist())
+  analyzed = set(rng.permutation(num_tasks)[
+      :round(analysis_fraction * num_tasks)].tolist())
+
+  def expert(peek, p, shuffle=False, salt=0):
+    return lambda i, env: envs.make_expert(
+        env, peek=peek, noise=p, shuffle_search=shuffle,
+        seed=seed * 1_000_003 + env.world.seed * 7 + salt)
+
+  kw = dict(max_steps=max_steps, history_length=history_length,
+            repeat=repeat)
+  plain = _play(seeds, expert(False, noise, shuffle_search), seed=seed, **kw)
+  records = [_record(s.prompt, s.response, ep, "act")
+             for ep in plain for s in ep.steps if s.action_valid]
+  idx = sorted(with_skill)
+  if idx:
+    better = _play([seeds[i] for i in idx], expert(True, skill_noise, salt=1),
+                   seed=seed + 1, **kw)
+    for i, ep in zip(idx, better):
+      skill = annotators.annotate(plain[i])["episode_skill"]
+      if not _names_start(skill, ep):
+        skill = annotators.annotate(ep)["episode_skill"]
+      records += [_record(skills.build_skill_prompt(s.prompt, skill),
+                          s.response, ep, "skill")
+                  for s in ep.steps if s.action_valid]
+  idx = sorted(analyzed)
+  for j, level in enumerate(analysis_noise):
+    chunk = idx[j::len(analysis_noise)]
+    if not chunk:
+      continue
+    eps = _play([seeds[i] for i in chunk],
+                expert(False, level, shuffle_search, salt=2 + j),
+                seed=seed + 2 + j, **kw)
+    for ep in eps:
+      prompt = skills.build_analysis_prompt(ep, max_chars=analysis_max_chars)
+      records.append(_record(prompt.text, json.dumps(annotators.annotate(ep)),
+                             ep, "analysis"))
+  return records
+
+
+# -- tokenizer and model -----------------------------------------------------
+
+
+TAGS = ("<think>", "</think>", "<action>", "</action>")
+
+
+def household_names() -> tuple[str, ...]:
+  """Object and receptacle types of the household game (and "desklamp")."""
+  names = set(hw.PLACES) | {"desklamp"}
+  for receptacles, objects in hw.ROOMS.values():
+    names |= set(receptacles) | set(objects)
+  return tuple(sorted(names))
+
+
+def demo_tokenizer(records: Sequence[Record], vocab_size: int = 2048, *,
+                   phrases: bool = True,
+                   names: Sequence[str] | None = None):
+  """A BPE tokenizer fitted to the records' prompts and responses.
+
+  Args:
+    records: the warm-start records (prompts and responses are the corpus).
+    vocab_size: target vocabulary size, special and tag tokens included.
+    phrases: merge across spaces, so that the fixed wording ("Your admissible
+      actions of the current situation are") takes a few tokens, but never
+      across punctuation, numbers or `names`: a name (" cabinet") and a
+      number (" 2") are tokens of their own, the same in the task, the
+      observation, the admissible list, a skill and the reply, so that a
+      small model copies them by identity; the reply tags are atomic. About
+      two thirds of the tokens of `tokenizer.train_tokenizer`'s word-level
+      BPE on household prompts. False: that tokenizer.
+    names: words kept as tokens of their own (default: `household_names()`).
+
+  Returns:
+    A transformers fast tokenizer with pad id 0, eos id 1 and the chat
+    template of `tokenizer.train_tokenizer`.
+  """
+  texts = [t for r in records for t in (r["prompt"], r["response"])]
+  if not phrases:
+    return tokenizer_lib.train_tokenizer(texts, vocab_size=vocab_size)
+  words = sorted(names if names is not None else household_names(),
+                 key=lambda w: (-len(w), w))
+  # Punctuation runs (with the spaces around them), numbers, names.
+  pattern = (r"\s*[^\w\s][^\w]*| ?\d+| ?\b(?:"
+             + "|".join(map(re.escape, words)) + r")\b")
+  tok = tokenizers.Tokenizer(tokenizers.models.BPE())
+  tok.pre_tokenizer = tokenizers.pre_tokenizers.Sequence([
+      tokenizers.pre_tokenizers.Split(tokenizers.Regex(pattern),
+                                      behavior="isolated"),
+      tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False,
+                                          use_regex=False)])
+  tok.decoder = tokenizers.decoders.ByteLevel()
+  tok.train_from_iterator(texts, tokenizers.trainers.BpeTrainer(
+      vocab_size=vocab_size - len(TAGS) - 2, min_frequency=2,
+      special_tokens=list(tokenizer_lib.SPECIAL_TOKENS[:2]),
+      initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet(),
+      show_progress=False))
+  # Ordinary (not special) added tokens: decoding keeps them.
+  tok.add_tokens([tokenizers.AddedToken(t, normalized=False) for t in TAGS])
+  fast = transformers.PreTrainedTokenizerFast(
+      tokenizer_object=tok, pad_token=tokenizer_lib.PAD,
+      eos_token=tokenizer_lib.EOS, clean_up_tokenization_spaces=False)
+  fast.add_special_tokens(
+      {"additional_special_tokens": [tokenizer_lib.USER,
+                                     tokenizer_lib.ASSISTANT]})
+  fast.chat_template = tokenizer_lib.CHAT_TEMPLATE
+  return fast
+
+
+def demo_model_config(vocab_size: int, *, hidden_size: int = 128,
+                      num_layers: int = 4, num_heads: int = 4,
+                      num_kv_heads: int = 2, intermediate_size: int = 384,
+                      max_position_embeddings: int = 1536,
+                      tie_embeddings: bool = True
+                      ) -> model_lib.ModelConfig:
+  """A small llama-family decoder (GQA, RoPE) for the demo tokenizer.
+
+  Token ids follow `tokenizer.train_tokenizer`: pad 0, eos 1.
+  """
+  return model_lib.ModelConfig(
+      family="llama", vocab_size=vocab_size, hidden_size=hidden_size,
+      intermediate_size=intermediate_size, num_layers=num_layers,
+      num_heads=num_heads, num_kv_heads=num_kv_heads,
+      head_dim=hidden_size // num_heads, rms_norm_eps=1e-5,
+      max_position_embeddings=max_position_embeddings,
+      tie_embeddings=tie_embeddings, eos_token_ids=(1,), pad_token_id=0)
+
+
+# -- evaluation ----------------------------------------------------------------
+
+
+def _skill_context(generate: rollout_lib.GenerateFn, pool: envs_base.EnvPool,
+                   member_skills: Sequence[str]) -> rollout_lib.GenerateFn:
+  """Wraps a GenerateFn so that each member's prompt carries its skill."""
+
+  def wrapped(prompts: Sequence[str], rng: jax.Array):
+    active = pool.active()
+    return generate([skills.build_skill_prompt(p, member_skills[i])
+                     for i, p in zip(active, prompts)], rng)
+
+  return wrapped
+
+
+def _valid_ratio(result: rollout_lib.RolloutResult) -> float:
+  return float(np.mean([s.action_valid for s in result.samples]))
+
+
+def evaluate_skills(policy: rollout_lib.Policy, params, *, split: str,
+                    num_tasks: int, max_steps: int, history_length: int,
+                    temperature: float = 0.4, rng: jax.Array,
+                    analysis_max_chars: int | None = 3000,
+                    analysis_max_new_tokens: int = 96) -> dict[str, float]:
+  """Own-hindsight skill following and analysis parse rate.
+
+  1. The policy plays `num_tasks` tasks of `split` without skills.
+  2. It analyzes each of its episodes greedily (the RL self-analysis
+     prompt); the replies are parsed with `skills.parse_analysis`.
+  3. The rule-based annotator's skill for each episode (what Stage 1 teaches
+     the analyzer to write) goes into the prompts of a second attempt at the
+     same task.
+
+  Returns:
+    {"plain_success", "plain_valid", "skill_success", "skill_valid",
+    "parse_rate", "analysis_skill_f1" (parsed skill vs the annotator's),
+    "tasks"}.
+  """
+  rng_plain, rng_an, rng_skill = jax.random.split(rng, 3)
+  seeds = envs_base.split_seeds(split, num_tasks)
+  sampling = sampler_lib.Temperature(temperature)
+
+  def play(rng_play, member_skills=None):
+    pool = envs_base.EnvPool(ENV, num_groups=num_tasks, group_size=1,
+                             split=split, max_steps=max_steps)
+    gen = lambda p, r: policy.generate(params, p, r, sampling)
+    if member_skills is not None:
+      gen = _skill_context(gen, pool, member_skills)
+    return rollout_lib.rollout(gen, pool, rng_play, env_name=ENV,
+                               max_steps=max_steps,
+                               history_length=history_length,
+                               group_seeds=seeds)
+
+  plain = play(rng_plain)
+  eps = plain.episodes
+  prompts = [skills.build_analysis_prompt(ep, max_chars=analysis_max_chars).text
+             for ep in eps]
+  # An untrained policy's replies can make the analysis prompt long.
+  analyst = rollout_lib.Policy(policy.config, policy.tokenizer,
+                               max_new_tokens=analysis_max_new_tokens,
+                               buckets=policy.buckets, truncate_prompts=True,
+                               min_rows=policy.min_rows, stop_strings=())
+  gens = analyst.generate(params, prompts, rng_an, sampler_lib.Greedy())
+  parse, f1 = skills.ParseStats(), []
+  hindsight = [annotators.annotate(ep)["episode_skill"] for ep in eps]
+  for gen, ref in zip(gens, hindsight):
+    got = parse.record(skills.parse_analysis(gen.text))
+    f1.append(stage1.skill_f1(got.skill, ref)
+              if isinstance(got, skills.Analysis) else 0.0)
+  second = play(rng_skill, hindsight)
+  return {
+      "plain_success": float(np.mean([e.success for e in eps])),
+      "plain_valid": _valid_ratio(plain),
+      "skill_success": float(np.mean([e.success for e in second.episodes])),
+      "skill_valid": _valid_ratio(second),
+      "parse_rate": parse.rate, "analysis_skill_f1": float(np.mean(f1)),
+      "analysis_prompts_cut": float(analyst.prompts_truncated),
+      "tasks": float(num_tasks)}
+
+
+# -- warm start ------------------------------------------------------------------
+
+BUCKETS = (128, 192, 256, 320, 384, 512, 768, 1024)
+
+
+def transcripts(records: Sequence[Record], tokenizer, *, max_tokens: int
+                ) -> list[Record]:
+  """Language-model records: whole turns, packed, every token a target.
+
+  Each record becomes the text "<prompt><|assistant|><response>"; texts are
+  packed greedily, joined by EOS, into records of at most `max_tokens` tokens
+  (EOS included) with an empty prompt, so that `stage1.sft` (loss on the
+  response only) trains on every token of them. Copying names and numbers
+  from the task, the observations, the admissible list and the history is
+  most of what these tokens ask for: it teaches a model trained from scratch
+  to attend and copy (the role pretraining plays for an instruct model), and
+  it supervises the replies as well, at about the cost per reply of the
+  reply-only SFT, whose rows are padded to a prompt bucket and the longest
+  response. Texts longer than `max_tokens` are left out.
+
+  Returns:
+    Records (stage1.FIELDS, kind "text") in the input order.
+  """
+  eos = tokenizer.eos_token
+  packed: list[Record] = []
+  texts, used = [], 0
+
+  def flush():
+    if texts:
+      packed.append(dict(prompt="", response=eos.join(texts), task="",
+                         family="", success=False, kind="text"))
+
+  for r in records:
+    text = r["prompt"] + tokenizer_lib.ASSISTANT + r["response"]
+    n = len(tokenizer.encode(text, add_special_tokens=False)) + 1
+    if n > max_tokens:
+      continue
+    if used + n > max_tokens:
+      flush()
+      texts, used = [], 0
+    texts.append(text)
+    used += n
+  flush()
+  return packed
+
+
+def init_params(config: model_lib.ModelConfig, rng: jax.Array,
+                embed_std: float = 0.02) -> model_lib.Params:
+  """`model.init_params` with the embedding drawn at std `embed_std`: the
+  tied unembedding then starts near uniform (with unit-variance rows the
+  initial logits have std sqrt(hidden_size))."""
+  params = model_lib.init_params(config, rng)
+  params["embed"]["embedding"] = params["embed"]["embedding"] * embed_std
+  return params
+
+
+def _round_up(n: int, multiple: int) -> int:
+  return -(-n // multiple) * multiple
+
+
+def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
+               history_length: int = 2, noise: float = 0.2,
+               shuffle_search: bool = False, repeat: float = 0.1,
+               skill_fraction: float = 0.5, analysis_fraction: float = 1.0,
+               analysis_max_chars: int | None = 3000, vocab_size: int = 2048,
+               model: dict[str, Any] | None = None,
+               lm_epochs: int = 1, lm_tokens: int = 512,
+               lm_learning_rate: float = 5e-3, epochs: int = 1,
+               learning_rate: float = 1e-3, batch_size: int = 8,
+               sft_fraction: float = 0.2, max_new_tokens: int = 32,
+               analysis_max_new_tokens: int = 64, eval_tasks: int = 32,
+               skill_eval_tasks: int = 32, temperature: float = 0.4,
+               buckets: Sequence[int] = BUCKETS):
+  """Builds, trains and measures the demo policy.
+
+  Two `stage1.sft` runs (AdamW, warm-up, cosine): first on `transcripts` of
+  the acting records (every token), then on the records themselves (reply
+  tokens only; acting, skill following and analysis mixed).
+
+  Args:
+    num_tasks: train-split tasks demonstrated (see `demonstrations`).
+    seed: seeds the demonstrations, the initialization and the data order.
+    max_steps: turn limit, in demonstrations and evaluation.
+    history_length: k in rollout prompts (the RL run's).
+    noise: the imperfect expert's random-action probability.
+    shuffle_search: the imperfect expert searches in a random order.
+    repeat: the demonstrators' slip rate (see `demonstrations`).
+    skill_fraction, analysis_fraction: shares of tasks with a skill-following
+      episode and with an analysis example.
+    analysis_max_chars: analysis prompt budget (the RL run's).
+    vocab_size: BPE vocabulary size (the tokenizer may stop short of it).
+    model: keyword arguments of `demo_model_config`.
+    lm_epochs: passes over the transcripts (0: no such phase).
+    lm_tokens: transcript length in tokens.
+    lm_learning_rate: peak learning rate of the transcript phase.
+    epochs, learning_rate: the reply phase.
+    batch_size: rows per update, both phases.
+    sft_fraction: share of the records (a seeded subset) in the reply phase
+      (0: no such phase).
+    max_new_tokens: evaluation's acting reply budget.
+    analysis_max_new_tokens: evaluation's analysis reply budget.
+    eval_tasks: tasks per split of the plain evaluation (0: skip).
+    skill_eval_tasks: eval_seen tasks of `evaluate_skills` (0: skip).
+    temperature: evaluation sampling temperature.
+    buckets: prompt-length buckets (reply phase and evaluation).
+
+  Returns:
+    (config, params, tokenizer, report). The report holds record counts,
+    both SFT reports (`lm/...`, `sft/...`), `seen/success`, `unseen/success`
+    (`trainer.evaluate`), `skills/...` (`evaluate_skills`) and per-phase
+    seconds (`seconds/...`, wall clock; `seconds/cpu`, process time).
+  """
+  times, t0, c0 = {}, time.time(), time.process_time()
+  records = demonstrations(
+      num_tasks=num_tasks, seed=seed, max_steps=max_steps,
+      history_length=history_length, noise=noise,
+      shuffle_search=shuffle_search, repeat=repeat,
+      skill_fraction=skill_fraction,
+      analysis_fraction=analysis_fraction,
+      analysis_max_chars=analysis_max_chars)
+  tokenizer = demo_tokenizer(records, vocab_size)
+  config = demo_model_config(len(tokenizer), **dict(model or {}))
+  texts = transcripts(records, tokenizer, max_tokens=lm_tokens)
+  host = np.random.default_rng(seed)
+  chosen = host.permutation(len(records))[:round(sft_fraction * len(records))]
+  sft_records = [records[i] for i in sorted(chosen)]
+  longest = max([len(tokenizer.encode(r["response"], add_special_tokens=False))
+                 for r in sft_records] + [0])
+  report: dict[str, Any] = {f"records/{k}": sum(r["kind"] == k for r in records)
+                            for k in KINDS}
+  report.update({"records/text": len(texts), "records/sft": len(sft_records),
+                 "vocab_size": len(tokenizer)})
+  times["seconds/data"] = time.time() - t0
+  logging.info("demo warm start: %s records (%s), vocabulary %d, %.1fM "
+               "parameters", len(records),
+               ", ".join(f"{report[f'records/{k}']} {k}" for k in KINDS),
+               len(tokenizer), sum(x.size for x in jax.tree.leaves(
+                   model_lib.param_shapes(config))) / 1e6)
+  rng_init, rng_lm, rng_sft, rng_eval = jax.random.split(
+      jax.random.key(seed), 4)
+  params = init_params(config, rng_init)
+  t = time.time()
+  if lm_epochs and texts:
+    # An empty prompt is two tokens (the chat markers): one small bucket.
+    params, lm_report = stage1.sft(
+        params, config, tokenizer, texts, [], learning_rate=lm_learning_rate,
+        rng=rng_lm, epochs=lm_epochs, batch_size=batch_size, buckets=(8,),
+        response_len_max=lm_tokens)
+    report.update({f"lm/{k}": v for k, v in lm_report.items()})
+  times["seconds/lm"] = time.time() - t
+  t = time.time()
+  if epochs and sft_records:
+    params, sft_report = stage1.sft(
+        params, config, tokenizer, sft_records, [],
+        learning_rate=learning_rate, rng=rng_sft, epochs=epochs,
+        batch_size=batch_size, buckets=buckets,
+        response_len_max=_round_up(longest + 1, 8))
+    report.update({f"sft/{k}": v for k, v in sft_report.items()})
+  times["seconds/sft"] = time.time() - t
+  # Fixed row count: one sampler compilation per prompt bucket. A prompt
+  # over the largest bucket is cut on the left and counted, never fatal.
+  policy = rollout_lib.Policy(config, tokenizer, max_new_tokens=max_new_tokens,
+                              buckets=buckets, truncate_prompts=True,
+                              min_rows=max(eval_tasks, skill_eval_tasks, 1))
+  t = time.time()
+  for split in ("eval_seen", "eval_unseen") if eval_tasks else ():
+    rng_eval, sub = jax.random.split(rng_eval)
+    out = trainer.evaluate(policy, params, env_name=ENV, split=split,
+                           num_tasks=eval_tasks, max_steps=max_steps,
+                           history_length=history_length,
+                           temperature=temperature, rng=sub,
+                           batch_groups=eval_tasks)
+    report.update({f"{split[5:]}/{k}": v for k, v in out.items()})
+  times["seconds/eval"] = time.time() - t
+  t = time.time()
+  if skill_eval_tasks:
+    out = evaluate_skills(policy, params, split="eval_seen",
+                          num_tasks=skill_eval_tasks, max_steps=max_steps,
+                          history_length=history_length,
+                          temperature=temperature, rng=rng_eval,
+                          analysis_max_chars=analysis_max_chars,
+                          analysis_max_new_tokens=analysis_max_new_tokens)
+    report.update({f"skills/{k}": v for k, v in out.items()})
+    logging.info(
+        "demo warm start on %d seen tasks: success %.3f without a skill, "
+        "%.3f with the hindsight skill of its own episode; %.0f%% of its "
+        "analyses parse", skill_eval_tasks, out["plain_success"],
+        out["skill_success"], 100 * out["parse_rate"])
+  report["eval/prompts_cut"] = policy.prompts_truncated
+  times["seconds/skill_eval"] = time.time() - t
+  times["seconds/total"] = time.time() - t0
+  times["seconds/cpu"] = time.process_time() - c0
+  report.update(times)
+  logging.debug("demo warm start: %s", report)
+  return config, params, tokenizer, report

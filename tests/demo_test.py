@@ -1,0 +1,168 @@
+"""Demo warm start: demonstration records, tokenizer, a miniature end to end."""
+
+import json
+import re
+
+import jax
+import numpy as np
+import pytest
+import transformers
+
+from seed_jax import annotators
+from seed_jax import demo
+from seed_jax import model as model_lib
+from seed_jax import skills
+from seed_jax import stage1
+from seed_jax.envs import household_world as hw
+
+_REPLY = re.compile(r"^<think>[^<>]+</think><action>([^<>]+)</action>$")
+
+
+@pytest.fixture(scope="module")
+def records():
+  return demo.demonstrations(num_tasks=6, seed=0, max_steps=12,
+                             skill_fraction=0.5, analysis_fraction=0.5)
+
+
+def test_records_have_the_stage1_fields(records):
+  kinds = [r["kind"] for r in records]
+  assert set(kinds) == set(demo.KINDS)
+  assert kinds == sorted(kinds, key=demo.KINDS.index)  # act, skill, analysis
+  assert kinds.count("analysis") == 3
+  for r in records:
+    assert set(stage1.FIELDS) <= set(r)
+    assert isinstance(r["success"], bool)
+    assert r["family"] in hw.FAMILIES and r["task"] in r["prompt"]
+
+
+def test_acting_replies_are_short_and_admissible(records):
+  for r in records:
+    if r["kind"] == "analysis":
+      continue
+    m = _REPLY.match(r["response"])
+    assert m, r["response"]
+    assert f"'{m.group(1)}'" in r["prompt"].rsplit("admissible actions", 1)[1]
+    assert r["response"].startswith(f"<think>Task: {r['task']}. ")
+    assert len(r["response"]) < 200
+
+
+def test_skill_prompts_carry_the_block_and_name_the_place(records):
+  by_task = {}
+  for r in records:
+    has_block = "**Episode-Level Skill**" in r["prompt"]
+    assert has_block == (r["kind"] == "skill")
+    if r["kind"] == "skill":
+      by_task.setdefault(r["task"], []).append(r)
+  assert len(by_task) == 3
+  for rs in by_task.values():
+    skill = rs[0]["prompt"].split("current episode:\n[", 1)[1].split("]\n")[0]
+    assert all(skill in r["prompt"] for r in rs)
+    takes = [_REPLY.match(r["response"]).group(1) for r in rs]
+    first = next(a for a in takes if a.startswith("take "))
+    place = first.split(" from ", 1)[1]
+    assert re.search(rf"\b{place}\b", skill), (skill, first)
+
+
+def test_analysis_responses_parse(records):
+  analyses = [r for r in records if r["kind"] == "analysis"]
+  for r in analyses:
+    assert r["prompt"].startswith("Analyze the following agent episode")
+    parsed = skills.parse_analysis(r["response"])
+    assert isinstance(parsed, skills.Analysis)
+    assert parsed.skill == json.loads(r["response"])["episode_skill"]
+    assert len(parsed.skill) <= annotators.MAX_SKILL_CHARS
+
+
+def test_demonstrations_are_deterministic(records):
+  again = demo.demonstrations(num_tasks=6, seed=0, max_steps=12,
+                              skill_fraction=0.5, analysis_fraction=0.5)
+  assert again == records
+  other = demo.demonstrations(num_tasks=6, seed=1, max_steps=12,
+                              skill_fraction=0.5, analysis_fraction=0.5)
+  assert other != records
+
+
+def test_reason_follows_the_subgoal():
+  world = hw.generate(2)  # a heat task
+  assert world.family == "heat"
+  assert demo.reason(world) == f"Find a {world.obj_type}."
+  obj = world.instances(world.obj_type)[0]
+  world.contents[world.where(obj)].remove(obj)
+  world.holding = obj
+  assert demo.reason(world) == f"Heat the {obj} with the microwave 1."
+  world.states["hot"].add(obj)
+  assert demo.reason(world).startswith(f"Put the {obj} ")
+
+
+@pytest.mark.parametrize("phrases", [True, False])
+def test_tokenizer_round_trips(records, phrases, tmp_path):
+  tok = demo.demo_tokenizer(records, 512, phrases=phrases)
+  assert (tok.pad_token_id, tok.eos_token_id) == (0, 1)
+  texts = [t for r in records[:20] + records[-2:]
+           for t in (r["prompt"], r["response"])]
+  for text in texts:
+    ids = tok.encode(text, add_special_tokens=False)
+    assert tok.decode(ids, skip_special_tokens=True) == text
+  # policies.prepare saves the tokenizer in the policy folder and reloads it.
+  tok.save_pretrained(str(tmp_path))
+  again = transformers.AutoTokenizer.from_pretrained(str(tmp_path))
+  assert all(again.encode(t, add_special_tokens=False)
+             == tok.encode(t, add_special_tokens=False) for t in texts)
+  assert again.chat_template == tok.chat_template
+
+
+def test_names_and_tags_are_tokens_of_their_own(records):
+  tok = demo.demo_tokenizer(records, 1024)
+  for tag in demo.TAGS:
+    assert len(tok.encode(tag, add_special_tokens=False)) == 1
+  r = next(r for r in records if r["kind"] == "skill")
+  action = _REPLY.match(r["response"]).group(1)
+  place = " " + " ".join(action.split()[-2:])  # e.g. " cabinet 2"
+  ids = tok.encode(place, add_special_tokens=False)
+  assert tok.convert_ids_to_tokens(ids) == [
+      "\u0120" + w for w in place.split()]  # byte-level "\u0120" is a space
+  for text in (r["prompt"], r["response"]):  # the same tokens in both
+    got = tok.encode(text, add_special_tokens=False)
+    assert any(got[i:i + len(ids)] == ids for i in range(len(got)))
+
+
+def test_transcripts_pack_whole_turns(records):
+  tok = demo.demo_tokenizer(records, 512)
+  packed = demo.transcripts(records, tok, max_tokens=1024)
+  acting = [r for r in records if r["kind"] != "analysis"]
+  assert 0 < len(packed) < len(acting)
+  joined = tok.eos_token.join(r["response"] for r in packed)
+  assert joined == tok.eos_token.join(
+      r["prompt"] + "<|assistant|>" + r["response"] for r in acting)
+  for r in packed:
+    assert r["prompt"] == "" and r["kind"] == "text"
+    assert len(tok.encode(r["response"], add_special_tokens=False)) < 1024
+
+
+def test_init_params_scales_the_embedding():
+  config = demo.demo_model_config(64, hidden_size=32, num_layers=1,
+                                  num_heads=2, num_kv_heads=1,
+                                  intermediate_size=64)
+  base = model_lib.init_params(config, jax.random.key(0))
+  scaled = demo.init_params(config, jax.random.key(0), embed_std=0.02)
+  np.testing.assert_allclose(scaled["embed"]["embedding"],
+                             0.02 * base["embed"]["embedding"], rtol=1e-6)
+
+
+def test_miniature_warm_start_end_to_end():
+  config, params, tok, report = demo.warm_start(
+      num_tasks=3, seed=0, max_steps=2, vocab_size=512, batch_size=4,
+      analysis_fraction=0.5,
+      lm_tokens=512, eval_tasks=1, skill_eval_tasks=1,
+      model=dict(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
+                 intermediate_size=64, max_position_embeddings=768),
+      buckets=(512,), analysis_max_chars=1200)
+  assert config.vocab_size == len(tok) and config.num_kv_heads == 1
+  assert params["embed"]["embedding"].shape == (len(tok), 32)
+  assert report["records/act"] > 0 and report["records/analysis"] == 2
+  assert report["lm/steps"] >= 1 and report["sft/steps"] >= 1
+  for key in ("seen/success", "unseen/success", "skills/plain_success",
+              "skills/skill_success", "skills/parse_rate",
+              "skills/plain_valid"):
+    assert 0.0 <= report[key] <= 1.0, key
+  assert report["seconds/total"] > 0
