@@ -4,7 +4,9 @@ The parameters live in an `nnx.Module` (`Decoder`) whose every `nnx.Param`
 carries logical axis names (`axes=`); the computation is a pure function of a
 plain parameter dict (`forward`, `logits`), so that samplers, scorers and train
 steps can jit it with explicit shardings. Layers are stacked on a leading
-`layers` axis and run with `lax.scan`: one compiled block whatever the depth.
+`layers` axis and run with `lax.scan`: one compiled block whatever the depth
+(except a decode step over a KV cache, which unrolls them: see
+`_forward_cached`).
 
 Parameter tree (shapes for L layers, D hidden, H heads, K kv heads, E head
 dim, F mlp, V vocab):
@@ -345,7 +347,7 @@ def _to_bits(x: jax.Array) -> jax.Array:
   # XLA:CPU has no 16-bit float dynamic-slice or dynamic-update-slice: it
   # rewrites them in float32 over the whole operand (every stacked weight, or
   # the whole cache on each write). Their bit patterns as uint16 slice and
-  # update in place; bitcasting back is free.
+  # update in place, and bitcasting back costs at most one copy.
   if jnp.issubdtype(x.dtype, jnp.floating) and x.dtype.itemsize == 2:
     return jax.lax.bitcast_convert_type(x, jnp.uint16)
   return x

@@ -99,7 +99,7 @@ class _Loop:
   lengths: jax.Array  # [B] int32
   positions: jax.Array  # [B] int32, RoPE position of the next input token
   kv_mask: jax.Array  # [B, S] bool, valid cache slots
-  cache: model_lib.Cache  # k, v: [L, B, K, S, E]
+  cache: model_lib.Cache  # per layer: k [B, K, E, S], v [B, K, S, E]
   recent: jax.Array  # [B, W] int32, last W generated tokens (for stop seqs)
   rng: jax.Array  # key
 

@@ -314,7 +314,10 @@ def write_dataset(records: Sequence[Record], data_dir: epath.PathLike, *,
                             f"{name!r}; pass overwrite=True to replace it")
     epath.Path(builder.data_dir).rmtree()
     builder = make()
-  with tempfile.TemporaryDirectory() as downloads:  # tfds wants one; unused
+  # No tfds progress bars (process-wide): the line below says what was
+  # written. tfds wants a download folder, unused here.
+  tfds.display_progress_bar(False)
+  with tempfile.TemporaryDirectory() as downloads:
     builder.download_and_prepare(download_dir=downloads)
   logging.info("stage1: wrote %d train / %d validation records to %s",
                len(train), len(val), builder.data_dir)
