@@ -1,0 +1,332 @@
+"""Experiment summaries: final success, learning curves, sample efficiency.
+
+Everything here is a pure function of the runs' metric histories,
+`histories[method][seed] = [record, ...]`, each record one line of a run's
+metrics.jsonl: `{"update": 10, "env_steps": 412.0, "eval/seen/success": 0.5,
+"eval/seen/success/heat": 0.25, ...}` ("env_steps" counts that update's
+rollout only; evaluations are logged at the updates they ran). Only the
+writers at the end touch files.
+
+Conventions, stated again in the Markdown they produce:
+  * success is a rate in [0, 1]; tables print it in percent;
+  * "mean ± std" is over seeds, std the sample standard deviation (ddof 1;
+    0 for a single seed);
+  * a run's final success is that of its last evaluated update;
+  * the sample-efficiency view (the paper's Table 6) reads, for each fraction
+    f of a method's updates N (its runs' largest update), the success at the
+    last update evaluated by every seed at or before f * N.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+SPLITS = ("seen", "unseen")
+FRACTIONS = (0.2, 0.4, 0.6, 0.8, 1.0)
+# Training scalars averaged over each run's updates: SEED's signal health.
+DIAGNOSTICS = ("success_rate", "valid_action_ratio", "analyses_parsed",
+               "opd_gate_mean", "opd_active_ratio", "skill_logp_gap", "kl",
+               "entropy")
+
+Histories = Mapping[str, Mapping[int, Sequence[Mapping[str, Any]]]]
+
+
+def mean_std(values: Sequence[float]) -> dict[str, Any]:
+  """{"mean", "std" (ddof 1; 0 for one value), "n", "values"}; None if empty."""
+  values = [float(v) for v in values]
+  if not values:
+    return {"mean": None, "std": None, "n": 0, "values": []}
+  std = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+  return {"mean": float(np.mean(values)), "std": std, "n": len(values),
+          "values": values}
+
+
+def cumulative_env_steps(records: Sequence[Mapping[str, Any]]
+                         ) -> dict[int, float]:
+  """{update: environment steps of the rollouts up to and including it}.
+
+  Example: records with updates 0, 1, 2 and env_steps -, 8, 6 ->
+  {0: 0.0, 1: 8.0, 2: 14.0}.
+  """
+  total, out = 0.0, {}
+  for r in sorted(records, key=lambda r: r["update"]):
+    total += float(r.get("env_steps") or 0.0)
+    out[int(r["update"])] = total
+  return out
+
+
+def evaluations(records: Sequence[Mapping[str, Any]], split: str
+                ) -> dict[int, dict[str, float]]:
+  """{update: {"all": success, family: success, ...}} of a split's evals."""
+  prefix = f"eval/{split}/success"
+  out = {}
+  for r in records:
+    if r.get(prefix) is None:
+      continue
+    row = {"all": float(r[prefix])}
+    row.update({k[len(prefix) + 1:]: float(v) for k, v in r.items()
+                if k.startswith(prefix + "/") and v is not None})
+    out[int(r["update"])] = row
+  return out
+
+
+def _final(runs, split):
+  """{family: mean_std over seeds of the last evaluation} and its updates."""
+  finals = {}
+  for seed, records in runs.items():
+    ev = evaluations(records, split)
+    if ev:
+      finals[seed] = ev[max(ev)] | {"update": max(ev)}
+  families = sorted({f for v in finals.values() for f in v} - {"update", "all"})
+  out = {fam: mean_std([v[fam] for v in finals.values() if fam in v])
+         for fam in ["all"] + families}
+  return out, sorted({v["update"] for v in finals.values()})
+
+
+def _curve(runs, split):
+  """Mean and std over seeds of the overall success, per evaluated update."""
+  per_seed = {s: evaluations(r, split) for s, r in runs.items()}
+  steps = {s: cumulative_env_steps(r) for s, r in runs.items()}
+  points = []
+  for u in sorted({u for ev in per_seed.values() for u in ev}):
+    have = [s for s, ev in per_seed.items() if u in ev]
+    stats = mean_std([per_seed[s][u]["all"] for s in have])
+    points.append(dict(update=u, env_steps=float(np.mean(
+        [steps[s].get(u, 0.0) for s in have])), mean=stats["mean"],
+                       std=stats["std"], n=stats["n"]))
+  return points
+
+
+def _sample_efficiency(runs, split, num_updates, fractions):
+  per_seed = {s: evaluations(r, split) for s, r in runs.items()}
+  steps = {s: cumulative_env_steps(r) for s, r in runs.items()}
+  common = sorted(set.intersection(*(set(ev) for ev in per_seed.values())))
+  out = []
+  for f in fractions:
+    target = f * num_updates
+    at = [u for u in common if u <= target + 1e-9]
+    if not at:
+      out.append(dict(fraction=f, target=target, update=None, mean=None,
+                      std=None, n=0, env_steps=None))
+      continue
+    u = at[-1]
+    stats = mean_std([ev[u]["all"] for ev in per_seed.values()])
+    out.append(dict(fraction=f, target=target, update=u,
+                    mean=stats["mean"], std=stats["std"], n=stats["n"],
+                    env_steps=float(np.mean([s[u] for s in steps.values()]))))
+  return out
+
+
+def summarize(histories: Histories, *,
+              fractions: Sequence[float] = FRACTIONS,
+              diagnostics: Sequence[str] = DIAGNOSTICS) -> dict[str, Any]:
+  """Final success, curves, sample efficiency and diagnostics per method.
+
+  Args:
+    histories: {method: {seed: metrics.jsonl records}}; methods keep their
+      order, runs without records are left out.
+    fractions: fractions of the updates for the sample-efficiency view.
+    diagnostics: training scalars to average over each run's updates.
+
+  Returns:
+    A JSON-serializable dict:
+      "methods": [method, ...]
+      "runs": {method: {seed: {"last_update", "last_eval_update",
+               "env_steps"}}}
+      "num_updates": {method: largest update of its runs}
+      "final": {method: {split: {"all" | family: mean_std dict}}}
+      "final_updates": {method: {split: [the seeds' last evaluated updates]}}
+      "curves": {method: {split: [{"update", "env_steps", "mean", "std",
+                "n"}, ...]}}  (env_steps: cumulative, mean over seeds)
+      "sample_efficiency": {method: {split: [{"fraction", "target",
+                            "update", "mean", "std", "n", "env_steps"}]}}
+      "diagnostics": {method: {name: mean_std of the runs' averages}}
+  """
+  out = {k: {} for k in ("runs", "num_updates", "final", "final_updates",
+                         "curves", "sample_efficiency", "diagnostics")}
+  out["methods"] = []
+  for method, runs in histories.items():
+    runs = {int(s): list(r) for s, r in sorted(runs.items()) if r}
+    if not runs:
+      continue
+    out["methods"].append(method)
+    steps = {s: cumulative_env_steps(r) for s, r in runs.items()}
+    out["runs"][method] = {
+        str(s): dict(last_update=max(steps[s]),
+                     last_eval_update=max(evaluations(r, "seen"), default=None),
+                     env_steps=steps[s][max(steps[s])])
+        for s, r in runs.items()}
+    n = max(max(steps[s]) for s in runs)
+    out["num_updates"][method] = n
+    for key in ("final", "final_updates", "curves", "sample_efficiency"):
+      out[key][method] = {}
+    for split in SPLITS:
+      (out["final"][method][split],
+       out["final_updates"][method][split]) = _final(runs, split)
+      out["curves"][method][split] = _curve(runs, split)
+      out["sample_efficiency"][method][split] = _sample_efficiency(
+          runs, split, n, fractions)
+    diag = {}
+    for name in diagnostics:
+      per_run = [np.mean(vals) for vals in (
+          [float(x[name]) for x in r if x.get(name) is not None]
+          for r in runs.values()) if vals]
+      if per_run:
+        diag[name] = mean_std(per_run)
+    out["diagnostics"][method] = diag
+  return out
+
+
+# -- tables -------------------------------------------------------------------
+
+
+def pct(stats: Mapping[str, Any] | None) -> str:
+  """{"mean": 0.75, "std": 0.032} -> "75.0 ± 3.2"; "-" when missing."""
+  if not stats or stats.get("mean") is None:
+    return "-"
+  return f"{100 * stats['mean']:.1f} ± {100 * stats['std']:.1f}"
+
+
+def final_rows(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+  """CSV rows: method, split, family, mean, std, n (success rates)."""
+  rows = []
+  for m in summary["methods"]:
+    for split in SPLITS:
+      for fam, s in summary["final"][m][split].items():
+        rows.append(dict(method=m, split=split, family=fam, mean=s["mean"],
+                         std=s["std"], n=s["n"]))
+  return rows
+
+
+def efficiency_rows(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+  """CSV rows: method, split, fraction, target, update, mean, std, n,
+  env_steps."""
+  return [dict(method=m, split=split, **p) for m in summary["methods"]
+          for split in SPLITS for p in summary["sample_efficiency"][m][split]]
+
+
+def csv_text(rows: Sequence[Mapping[str, Any]]) -> str:
+  buf = io.StringIO()
+  if rows:
+    writer = csv.DictWriter(buf, fieldnames=list(rows[0]),
+                            lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+  return buf.getvalue()
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+  return (["| " + " | ".join(header) + " |",
+           "|" + "---|" * len(header)] +
+          ["| " + " | ".join(r) + " |" for r in rows])
+
+
+def markdown(summary: Mapping[str, Any], *, image_dir: str | None = None,
+             title: str = "Results") -> str:
+  """Tables (and image links, relative to the Markdown file) as Markdown.
+
+  Args:
+    summary: what `summarize` returns.
+    image_dir: the folder of the curve PNGs relative to the Markdown file
+      (None: no image links).
+    title: the section's heading.
+  """
+  methods = summary["methods"]
+  seeds = {m: len(summary["runs"][m]) for m in methods}
+  head = [f"{m} ({seeds[m]} seed{'s' * (seeds[m] != 1)})" for m in methods]
+  lines = [f"## {title}", "",
+           "Success in percent, mean ± sample std over seeds, at each run's "
+           "last evaluated update.", ""]
+  for split in SPLITS:
+    fams = list(dict.fromkeys(f for m in methods
+                              for f in summary["final"][m][split]))
+    lines += [f"**{split.capitalize()} tasks**", ""]
+    lines += _table(["family", *head],
+                    [[f, *(pct(summary["final"][m][split].get(f))
+                           for m in methods)] for f in fams])
+    lines.append("")
+  fr = [p["fraction"] for p in summary["sample_efficiency"][methods[0]][
+      SPLITS[0]]] if methods else []
+  lines += ["**Sample efficiency** (the paper's Table 6): overall success at "
+            "a fraction of the updates, read at the last update evaluated "
+            "at or before it (shown in brackets).", ""]
+  rows = []
+  for split in SPLITS:
+    for m in methods:
+      cells = [f"{pct(p)} [{p['update']}]" if p["update"] is not None
+               else "-" for p in summary["sample_efficiency"][m][split]]
+      rows.append([split, m, *cells])
+  lines += _table(["split", "method", *(f"{100 * f:.0f}%" for f in fr)], rows)
+  lines.append("")
+  names = list(dict.fromkeys(k for m in methods
+                             for k in summary["diagnostics"][m]))
+  if names:
+    lines += ["**Training diagnostics**: each run's mean over its updates, "
+              "then mean ± std over seeds.", ""]
+    lines += _table(["metric", *methods], [
+        [k, *(_num(summary["diagnostics"][m].get(k)) for m in methods)]
+        for k in names])
+    lines.append("")
+  lines += ["**Runs**: last update, last evaluated update and cumulative "
+            "environment steps of each seed.", ""]
+  lines += _table(["method", "seed", "last update", "last eval",
+                   "env steps"],
+                  [[m, s, str(r["last_update"]), str(r["last_eval_update"]),
+                    f"{r['env_steps']:.0f}"]
+                   for m in methods for s, r in summary["runs"][m].items()])
+  lines.append("")
+  if image_dir is not None:
+    for name, what in (("success_vs_updates", "updates"),
+                       ("success_vs_env_steps", "environment steps")):
+      lines += [f"![eval success against {what}]"
+                f"({image_dir}/{name}.png)", ""]
+  return "\n".join(lines)
+
+
+def _num(stats):
+  if not stats or stats.get("mean") is None:
+    return "-"
+  return f"{stats['mean']:.3g} ± {stats['std']:.2g}"
+
+
+# -- figures ------------------------------------------------------------------
+
+
+def plot_curves(summary: Mapping[str, Any], path: str, *,
+                x: str = "update") -> None:
+  """Eval success against `x` ("update" or "env_steps"), seen and unseen.
+
+  One line per method (the mean over seeds) with a band of ± one std.
+  Uses matplotlib's Agg canvas directly (no pyplot, no global backend).
+  """
+  from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
+  fig = Figure(figsize=(10, 4), dpi=100)
+  axes = fig.subplots(1, len(SPLITS), sharey=True)
+  for ax, split in zip(axes, SPLITS):
+    for m in summary["methods"]:
+      pts = summary["curves"][m][split]
+      if not pts:
+        continue
+      xs = np.array([p[x] for p in pts], float)
+      mean = np.array([p["mean"] for p in pts], float)
+      std = np.array([p["std"] for p in pts], float)
+      line, = ax.plot(xs, mean, marker="." if len(xs) < 40 else None,
+                      label=m)
+      ax.fill_between(xs, mean - std, mean + std, alpha=0.2,
+                      color=line.get_color(), linewidth=0)
+    ax.set_title(f"{split} tasks")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xlabel("update" if x == "update" else "environment steps")
+    ax.grid(alpha=0.3)
+  axes[0].set_ylabel("eval success (mean ± std over seeds)")
+  if summary["methods"]:
+    axes[-1].legend()
+  fig.tight_layout()
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  fig.savefig(path, format="png")
+

@@ -1,0 +1,151 @@
+"""The experiment summary against hand-computed means, stds and Table 6."""
+
+import math
+
+import pytest
+
+from seed_jax import results
+
+
+def _history(rate, *, env_steps, updates=10, every=3, unseen_factor=0.5,
+             extra=None):
+  """A metrics.jsonl of `updates` updates evaluated at 0, 3, 6, 9 and 10
+  (every `every` and at the end, as the trainer does), seen success
+  `rate(u)` (family pick: the same, heat: 0), unseen half of it."""
+  records = []
+  for u in range(updates + 1):
+    r = {"update": u}
+    if u:
+      r.update(env_steps=float(env_steps), success_rate=rate(u) / 2)
+      r.update(extra or {})
+    if u % every == 0 or u == updates:
+      s = rate(u)
+      r.update({"eval/seen/success": s, "eval/seen/success/pick": s,
+                "eval/seen/success/heat": 0.0,
+                "eval/unseen/success": unseen_factor * s,
+                "eval/unseen/success/cool": unseen_factor * s})
+    records.append(r)
+  return records
+
+
+HISTORIES = {
+    "grpo": {0: _history(lambda u: u / 20, env_steps=4),
+             1: _history(lambda u: u / 10, env_steps=6)},
+    "seed": {0: _history(lambda u: u / 10, env_steps=5,
+                         extra={"opd_gate_mean": 0.25}),
+             1: _history(lambda u: u / 10, env_steps=5,
+                         extra={"opd_gate_mean": 0.75}),
+             2: _history(lambda u: 0.1 + u / 20, env_steps=5,
+                         extra={"opd_gate_mean": 0.5})},
+}
+
+
+@pytest.fixture(scope="module")
+def summary():
+  return results.summarize(HISTORIES)
+
+
+def test_mean_std():
+  s = results.mean_std([0.5, 1.0])
+  assert s["mean"] == 0.75 and s["n"] == 2
+  assert s["std"] == pytest.approx(0.5 / math.sqrt(2))  # ddof 1
+  assert results.mean_std([0.3])["std"] == 0.0
+  assert results.mean_std([])["mean"] is None
+
+
+def test_cumulative_env_steps():
+  assert results.cumulative_env_steps(
+      [{"update": 0}, {"update": 1, "env_steps": 8.0},
+       {"update": 2, "env_steps": 6.0}]) == {0: 0.0, 1: 8.0, 2: 14.0}
+
+
+def test_final_success_per_family(summary):
+  assert summary["methods"] == ["grpo", "seed"]
+  assert summary["num_updates"] == {"grpo": 10, "seed": 10}
+  grpo = summary["final"]["grpo"]
+  # Update 10: seed 0 at 10/20 = 0.5, seed 1 at 10/10 = 1.0.
+  assert grpo["seen"]["all"]["values"] == [0.5, 1.0]
+  assert grpo["seen"]["all"]["mean"] == 0.75
+  assert grpo["seen"]["all"]["std"] == pytest.approx(0.3535533906)
+  assert grpo["seen"]["pick"]["mean"] == 0.75
+  assert grpo["seen"]["heat"] == {"mean": 0.0, "std": 0.0, "n": 2,
+                                  "values": [0.0, 0.0]}
+  assert list(grpo["seen"]) == ["all", "heat", "pick"]
+  assert list(grpo["unseen"]) == ["all", "cool"]
+  assert grpo["unseen"]["all"]["mean"] == 0.375
+  seed = summary["final"]["seed"]["unseen"]["all"]
+  # 0.5 * (1.0, 1.0, 0.6): mean 0.4333, std 0.5 * 0.2309.
+  assert seed["mean"] == pytest.approx(1.3 / 3)
+  assert seed["std"] == pytest.approx(0.5 * 0.2309401077)
+  assert summary["final_updates"]["seed"] == {"seen": [10], "unseen": [10]}
+
+
+def test_sample_efficiency_reads_the_last_eval_at_or_before(summary):
+  rows = summary["sample_efficiency"]["grpo"]["seen"]
+  # Targets 2, 4, 6, 8, 10 of 10 updates; evaluations at 0, 3, 6, 9, 10.
+  assert [r["target"] for r in rows] == pytest.approx([2, 4, 6, 8, 10])
+  assert [r["update"] for r in rows] == [0, 3, 6, 6, 10]
+  # Update 3: seeds at 3/20 and 3/10.
+  assert rows[1]["mean"] == pytest.approx(0.225)
+  assert rows[1]["std"] == pytest.approx(0.15 / math.sqrt(2))
+  # Cumulative env steps at update 6: 6 * 4 and 6 * 6.
+  assert rows[2]["env_steps"] == 30.0
+  seed = summary["sample_efficiency"]["seed"]["seen"]
+  assert seed[2]["mean"] == pytest.approx((0.6 + 0.6 + 0.4) / 3)
+
+
+def test_curves_and_diagnostics(summary):
+  curve = summary["curves"]["grpo"]["unseen"]
+  assert [p["update"] for p in curve] == [0, 3, 6, 9, 10]
+  assert [p["env_steps"] for p in curve] == [0.0, 15.0, 30.0, 45.0, 50.0]
+  assert curve[-1]["mean"] == 0.375 and curve[-1]["n"] == 2
+  diag = summary["diagnostics"]
+  assert "opd_gate_mean" not in diag["grpo"]
+  assert diag["seed"]["opd_gate_mean"]["mean"] == pytest.approx(0.5)
+  assert diag["seed"]["opd_gate_mean"]["std"] == pytest.approx(0.25)
+  # grpo seed 0: mean of u / 40 over updates 1..10 = 55 / 400.
+  assert diag["grpo"]["success_rate"]["values"][0] == pytest.approx(55 / 400)
+  assert summary["runs"]["grpo"]["1"] == {
+      "last_update": 10, "last_eval_update": 10, "env_steps": 60.0}
+
+
+def test_unequal_runs_are_reported_as_they_are():
+  partial = {"grpo": {0: _history(lambda u: u / 10, env_steps=4),
+                      1: _history(lambda u: u / 10, env_steps=4,
+                                  updates=5)},
+             "empty": {0: []}}
+  s = results.summarize(partial)
+  assert s["methods"] == ["grpo"]
+  assert s["final_updates"]["grpo"]["seen"] == [5, 10]
+  assert s["runs"]["grpo"]["1"]["last_update"] == 5
+  # Only updates both seeds evaluated count: 0, 3, 5 (seed 1), 0, 3, 6, 9,
+  # 10 (seed 0) -> 0 and 3.
+  rows = s["sample_efficiency"]["grpo"]["seen"]
+  assert [r["update"] for r in rows] == [0, 3, 3, 3, 3]
+
+
+def test_tables_and_markdown(summary):
+  rows = results.final_rows(summary)
+  assert rows[0] == {"method": "grpo", "split": "seen", "family": "all",
+                     "mean": 0.75, "std": pytest.approx(0.3535533906),
+                     "n": 2}
+  assert results.csv_text(rows).splitlines()[0] == (
+      "method,split,family,mean,std,n")
+  eff = results.efficiency_rows(summary)
+  assert len(eff) == 2 * 2 * 5 and eff[0]["fraction"] == 0.2
+  assert results.pct({"mean": 0.75, "std": 0.3535533906}) == "75.0 ± 35.4"
+  md = results.markdown(summary, image_dir="results")
+  assert "| family | grpo (2 seeds) | seed (3 seeds) |" in md
+  assert "| all | 75.0 ± 35.4 | 86.7 ± 23.1 |" in md
+  assert "| seen | grpo | 0.0 ± 0.0 [0] | 22.5 ± 10.6 [3] |" in md
+  assert "| opd_gate_mean | - | 0.5 ± 0.25 |" in md
+  assert "![eval success against updates](results/success_vs_updates.png)" \
+      in md
+  assert "](" not in results.markdown(summary, image_dir=None)
+
+
+def test_plot_curves(summary, tmp_path):
+  for x in ("update", "env_steps"):
+    path = tmp_path / f"{x}.png"
+    results.plot_curves(summary, str(path), x=x)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
