@@ -1,0 +1,517 @@
+r"""Experiments: GRPO, SEED and its ablations over seeds, resumable, summarized.
+
+  # every (method, seed) run in the background; the same command resumes
+  mkdir -p runs/evidence
+  nohup python -m seed_jax.experiments run --out=runs/evidence \
+      --gin_file=configs/experiments/demo.gin --seeds=0,1,2 \
+      > runs/evidence/runner.log 2>&1 &
+  python -m seed_jax.experiments status --out=runs/evidence
+  python -m seed_jax.experiments summarize --out=runs/evidence \
+      --md=docs/results.md
+
+Run (method, seed) trains in `OUT/<method>/seed<S>` as its own process,
+`python -m seed_jax.train --gin_file=... --gin.WORKDIR=... --gin.SEED=S`
+plus the method's bindings (`METHODS`) and then the `--gin` bindings given
+here (which may override them); its output goes to `log.txt` there. Every
+method gets the same gin file, hence the same number of updates and samples.
+`--parallel` runs that many at once.
+
+Resuming: a run whose metrics.jsonl lists its final update is done and
+skipped; any other is started again and `seed_jax.train` resumes it from
+its last checkpoint. So after an interruption (a reboot, `kill` of the
+runner, which stops its runs), rerunning the same command continues. The
+runner keeps `OUT/status.json` up to date (each run's state, return code,
+command and log); `status` prints it with each run's last logged update.
+`--dry_run` prints the commands without running them.
+
+`summarize` reads every `OUT/<method>/seed<S>/metrics.jsonl` and writes
+`OUT/summary.{json,csv,md}`, `OUT/sample_efficiency.csv` and the learning
+curves `OUT/success_vs_{updates,env_steps}.png` (see `seed_jax.results`);
+with `--md=PATH` also a Markdown section in PATH (between markers, so the
+rest of the file is kept) with its images, and the raw metrics when small,
+in the folder PATH without its suffix (docs/results.md -> docs/results/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import inspect
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import Any, Mapping, Sequence
+
+from etils import epath
+
+from seed_jax import results
+from seed_jax import sweep
+
+# Each method's gin bindings, as seed_jax.train takes them after `--gin.`.
+METHODS: dict[str, tuple[str, ...]] = {
+    "grpo": ("VARIANT='grpo'",),
+    "seed": ("VARIANT='seed'",),
+    "seed_no_stage1": ("VARIANT='seed'", "policies.prepare.stage1=None"),
+    "opid": ("VARIANT='opid'",),
+}
+DEFAULT_GIN = "configs/experiments/demo.gin"
+STATUS = "status.json"
+LOG = "log.txt"
+BEGIN = "<!-- seed_jax.experiments summarize: begin -->"
+END = "<!-- seed_jax.experiments summarize: end -->"
+RAW_LIMIT = 2 << 20  # copy the runs' metrics.jsonl next to the md below this
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """One (method, seed) training run."""
+  method: str
+  seed: int
+  workdir: str
+  args: tuple[str, ...]  # seed_jax.train's command-line arguments
+
+  @property
+  def name(self) -> str:
+    return f"{self.method}/seed{self.seed}"
+
+  @property
+  def log(self) -> str:
+    return os.path.join(self.workdir, LOG)
+
+  def command(self) -> str:
+    """The shell command line, e.g. python -m seed_jax.train
+    --gin_file=configs/experiments/demo.gin --gin.WORKDIR='out/grpo/seed0'
+    --gin.SEED=0 "--gin.VARIANT='grpo'"."""
+    # pylint: disable-next=protected-access
+    return " ".join(sweep._quote(w) for w in
+                    ("python", "-m", "seed_jax.train", *self.args))
+
+
+def plan(out: str, *, methods: Sequence[str], seeds: Sequence[int],
+         gin_files: Sequence[str], bindings: Sequence[str] = (),
+         method_bindings: Mapping[str, Sequence[str]] | None = None
+         ) -> list[Run]:
+  """The runs of an experiment, method by method.
+
+  Args:
+    out: the experiment's directory.
+    methods, seeds: what to run.
+    gin_files: the gin files of every run.
+    bindings: gin bindings ("NAME=VALUE") for every run, after the method's.
+    method_bindings: {method: bindings}; default `METHODS`.
+
+  Raises:
+    ValueError: an unknown or repeated method, a repeated seed.
+  """
+  known = METHODS if method_bindings is None else method_bindings
+  unknown = [m for m in methods if m not in known]
+  if unknown:
+    raise ValueError(f"unknown method(s) {unknown}; known: {list(known)}")
+  for what, items in (("method", methods), ("seed", seeds)):
+    if len(set(items)) != len(items):
+      raise ValueError(f"a {what} is repeated in {list(items)}")
+  runs = []
+  for m in methods:
+    for s in seeds:
+      workdir = os.path.join(out, m, f"seed{s}")
+      args = ([f"--gin_file={f}" for f in gin_files] +
+              [f"--gin.WORKDIR={workdir!r}", f"--gin.SEED={int(s)}"] +
+              [f"--gin.{b}" for b in (*known[m], *bindings)])
+      runs.append(Run(m, int(s), workdir, tuple(args)))
+  return runs
+
+
+def planned_updates(run: Run) -> int:
+  """The number of updates the run's gin configuration asks for."""
+  import gin  # pylint: disable=g-import-not-at-top
+  from seed_jax import train as train_lib  # pylint: disable=g-import-not-at-top
+  flags = train_lib.parse_flags(list(run.args))
+  gin.add_config_file_search_path(
+      os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  gin.clear_config()
+  try:
+    gin.parse_config_files_and_bindings(flags.gin_file, flags.gin)
+    return int(gin.get_bindings(train_lib.train).get(
+        "num_updates", _default(train_lib.train, "num_updates")))
+  finally:
+    gin.clear_config()
+
+
+def _default(fn, name):
+  return inspect.signature(fn).parameters[name].default
+
+
+def read_history(workdir: str) -> list[dict[str, Any]]:
+  """The records of `workdir/metrics.jsonl`; [] when there is none."""
+  path = os.path.join(workdir, "metrics.jsonl")
+  if not os.path.exists(path):
+    return []
+  with open(path) as f:
+    return [json.loads(line) for line in f if line.strip()]
+
+
+def is_done(workdir: str, num_updates: int) -> bool:
+  """Whether the run's metrics.jsonl lists update `num_updates` (or later)."""
+  history = read_history(workdir)
+  return bool(history) and history[-1]["update"] >= num_updates
+
+
+def last_logged_update(log: str) -> int | None:
+  """The N of the log's last progress line ("update N | ..."), if any."""
+  if not os.path.exists(log):
+    return None
+  with open(log, "rb") as f:
+    f.seek(max(0, os.path.getsize(log) - (256 << 10)))
+    lines = f.read().decode("utf-8", "replace").splitlines()
+  for line in reversed(lines):
+    words = line.split(" | ", 1)[0].split()
+    if len(words) == 2 and words[0] == "update" and words[1].isdigit():
+      return int(words[1])
+  return None
+
+
+def _now() -> str:
+  return datetime.datetime.now().isoformat(timespec="seconds")
+
+
+def _write_json(path: str, data: Any) -> None:
+  tmp = path + ".tmp"
+  with open(tmp, "w") as f:
+    json.dump(data, f, indent=1)
+  os.replace(tmp, path)
+
+
+def execute(runs: Sequence[Run], num_updates: Mapping[str, int], *,
+            out: str, parallel: int = 1, command: str = "",
+            poll_s: float = 2.0,
+            python: str = sys.executable) -> dict[str, Any]:
+  """Runs what is not done yet, `parallel` at a time; keeps status.json.
+
+  A failed run does not stop the others; a KeyboardInterrupt (or SIGTERM,
+  see `main`) stops the runs started here and marks them "interrupted".
+
+  Args:
+    runs: from `plan`.
+    num_updates: {run name: its planned updates} (see `planned_updates`).
+    out: the experiment's directory (status.json goes there).
+    parallel: runs at once.
+    command: the command line to record.
+    poll_s: seconds between checks of the running processes.
+    python: the interpreter of the runs.
+
+  Returns:
+    The final status: {"runs": {name: {"state": "done" | "failed" |
+    "interrupted", "returncode", ...}}, ...}.
+  """
+  os.makedirs(out, exist_ok=True)
+  status = dict(command=command, host=socket.gethostname(), pid=os.getpid(),
+                started=_now(), updated=_now(), finished=False, runs={})
+  queue = []
+  for run in runs:
+    n = num_updates[run.name]
+    done = is_done(run.workdir, n)
+    status["runs"][run.name] = dict(
+        method=run.method, seed=run.seed, workdir=run.workdir, log=run.log,
+        command=run.command(), num_updates=n,
+        state="done" if done else "pending", returncode=None)
+    if done:
+      print(f"{run.name}: done, skipped", flush=True)
+    else:
+      queue.append(run)
+  path = os.path.join(out, STATUS)
+  _write_json(path, status)
+  active: dict[str, tuple[Run, subprocess.Popen, Any]] = {}
+  env = dict(os.environ, PYTHONUNBUFFERED="1")
+  try:
+    while queue or active:
+      while queue and len(active) < parallel:
+        run = queue.pop(0)
+        os.makedirs(run.workdir, exist_ok=True)
+        log = open(run.log, "a")  # pylint: disable=consider-using-with
+        log.write(f"--- {_now()} {run.command()}\n")
+        log.flush()
+        proc = subprocess.Popen(  # pylint: disable=consider-using-with
+            [python, "-m", "seed_jax.train", *run.args], stdout=log,
+            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+        active[run.name] = (run, proc, log)
+        status["runs"][run.name].update(state="running", started=_now(),
+                                        pid=proc.pid)
+        print(f"{run.name}: started (log {run.log})", flush=True)
+        _write_json(path, dict(status, updated=_now()))
+      time.sleep(poll_s)
+      for name, (run, proc, log) in list(active.items()):
+        rc = proc.poll()
+        if rc is None:
+          continue
+        log.close()
+        del active[name]
+        entry = status["runs"][name]
+        ok = rc == 0 and is_done(run.workdir, entry["num_updates"])
+        entry.update(state="done" if ok else "failed", returncode=rc,
+                     ended=_now())
+        print(f"{name}: {entry['state']} (exit status {rc})", flush=True)
+        _write_json(path, dict(status, updated=_now()))
+  except KeyboardInterrupt:
+    for name, (run, proc, log) in active.items():
+      proc.terminate()
+    for name, (run, proc, log) in active.items():
+      try:
+        proc.wait(timeout=60)
+      except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+      log.close()
+      status["runs"][name].update(state="interrupted",
+                                  returncode=proc.returncode, ended=_now())
+    _write_json(path, dict(status, updated=_now()))
+    raise
+  status.update(finished=True, updated=_now())
+  _write_json(path, status)
+  return status
+
+
+def _runner_alive(status: Mapping[str, Any]) -> bool | None:
+  if status.get("host") != socket.gethostname():
+    return None  # another machine's runner: unknown here
+  try:
+    os.kill(int(status["pid"]), 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:
+    return True
+  return not status.get("finished")
+
+
+def status_report(out: str) -> str:
+  """A table of the runs in OUT/status.json, states refreshed from disk.
+
+  Raises:
+    FileNotFoundError: when `run` never wrote a status there.
+  """
+  path = os.path.join(out, STATUS)
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"no {STATUS} in {out}: start the experiment "
+                            "with `python -m seed_jax.experiments run`")
+  with open(path) as f:
+    status = json.load(f)
+  alive = _runner_alive(status)
+  runner = {True: "running", False: "stopped", None: "unknown (other host)"}
+  lines = [f"runner pid {status['pid']} on {status['host']}: {runner[alive]}"
+           f"; status updated {status['updated']}",
+           f"{'run':24s} {'state':12s} {'update':>10s}  log"]
+  for name, r in status["runs"].items():
+    state = r["state"]
+    if is_done(r["workdir"], r["num_updates"]):
+      state = "done"
+    elif state in ("running", "pending") and alive is False:
+      state = "interrupted"
+    last = last_logged_update(r["log"])
+    update = f"{'-' if last is None else last}/{r['num_updates']}"
+    if state == "failed":
+      state = f"failed ({r['returncode']})"
+    lines.append(f"{name:24s} {state:12s} {update:>10s}  {r['log']}")
+  return "\n".join(lines)
+
+
+def load_histories(out: str) -> dict[str, dict[int, list[dict[str, Any]]]]:
+  """{method: {seed: records}} of every OUT/<method>/seed<S>/metrics.jsonl.
+
+  Methods come in `METHODS` order, then any others by name.
+  """
+  found = {}
+  names = sorted(os.listdir(out)) if os.path.isdir(out) else []
+  order = [m for m in METHODS if m in names] + [m for m in names
+                                                if m not in METHODS]
+  for m in order:
+    runs = {}
+    folder = os.path.join(out, m)
+    if not os.path.isdir(folder):
+      continue
+    for d in sorted(os.listdir(folder)):
+      if d.startswith("seed") and d[4:].isdigit():
+        history = read_history(os.path.join(folder, d))
+        if history:
+          runs[int(d[4:])] = history
+    if runs:
+      found[m] = dict(sorted(runs.items()))
+  return found
+
+
+def replace_section(text: str, section: str) -> str:
+  """`text` with the part between BEGIN and END replaced by `section`
+  (appended, with the markers, when there is none)."""
+  block = f"{BEGIN}\n{section.rstrip()}\n{END}\n"
+  if BEGIN in text and END in text:
+    head, rest = text.split(BEGIN, 1)
+    return head + block + rest.split(END, 1)[1].lstrip("\n")
+  return (text.rstrip() + "\n\n" if text.strip() else "") + block
+
+
+def write_summary(out: str, md: str | None = None) -> dict[str, Any]:
+  """Writes the summary files of OUT (and the section in `md`).
+
+  Raises:
+    FileNotFoundError: when no run of OUT has a metrics.jsonl yet.
+  """
+  histories = load_histories(out)
+  if not histories:
+    raise FileNotFoundError(f"no OUT/<method>/seed<S>/metrics.jsonl under "
+                            f"{out}: no run has finished yet")
+  summary = results.summarize(histories)
+  status_path = os.path.join(out, STATUS)
+  if os.path.exists(status_path):
+    with open(status_path) as f:
+      status = json.load(f)
+    summary["command"] = status.get("command")
+    summary["run_commands"] = {k: r["command"]
+                               for k, r in status["runs"].items()}
+  _write_json(os.path.join(out, "summary.json"), summary)
+  for name, rows in (("summary.csv", results.final_rows(summary)),
+                     ("sample_efficiency.csv",
+                      results.efficiency_rows(summary))):
+    with open(os.path.join(out, name), "w") as f:
+      f.write(results.csv_text(rows))
+  targets = [(out, ".")]
+  if md:
+    folder = os.path.splitext(md)[0]
+    targets.append((folder, os.path.basename(folder)))
+  for folder, _ in targets:
+    results.plot_curves(summary, os.path.join(folder,
+                                              "success_vs_updates.png"))
+    results.plot_curves(summary, os.path.join(
+        folder, "success_vs_env_steps.png"), x="env_steps")
+  with open(os.path.join(out, "summary.md"), "w") as f:
+    f.write(results.markdown(summary, image_dir=".") + "\n")
+  if md:
+    section = results.markdown(summary, image_dir=targets[1][1])
+    section += _provenance(summary, histories, out, md, targets[1])
+    old = epath.Path(md).read_text() if os.path.exists(md) else ""
+    os.makedirs(os.path.dirname(os.path.abspath(md)), exist_ok=True)
+    with open(md, "w") as f:
+      f.write(replace_section(old, section))
+  return summary
+
+
+def _provenance(summary, histories, out, md, target) -> str:
+  """How the numbers were made: commands, and the raw metrics when small."""
+  folder, rel = target
+  lines = []
+  if summary.get("command"):
+    lines += ["", "Produced by:", "", "```bash", summary["command"],
+              f"python -m seed_jax.experiments summarize --out={out} "
+              f"--md={md}",
+              "```", "", "Each run's command:", "", "```bash",
+              *summary["run_commands"].values(), "```"]
+  sizes = sum(os.path.getsize(os.path.join(out, m, f"seed{s}",
+                                            "metrics.jsonl"))
+              for m, runs in histories.items() for s in runs)
+  if sizes <= RAW_LIMIT:
+    links = []
+    for m, runs in histories.items():
+      for s in runs:
+        dest = os.path.join(folder, "metrics", f"{m}_seed{s}.jsonl")
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        shutil.copyfile(os.path.join(out, m, f"seed{s}", "metrics.jsonl"),
+                        dest)
+        links.append(f"[{m} seed {s}]({rel}/metrics/{m}_seed{s}.jsonl)")
+    lines += ["", "Raw metrics (metrics.jsonl of each run): " +
+              ", ".join(links) + "."]
+  return "\n".join(lines) + "\n"
+
+
+# -- entry point --------------------------------------------------------------
+
+
+def _ints(text: str) -> list[int]:
+  return [int(x) for x in text.split(",") if x.strip()]
+
+
+def parse_flags(argv):
+  parser = argparse.ArgumentParser(
+      description="GRPO, SEED and ablations over seeds: run (resumable), "
+      "status, summarize.")
+  sub = parser.add_subparsers(dest="command", required=True)
+  run = sub.add_parser("run", help="start or resume every run")
+  run.add_argument("--out", required=True)
+  run.add_argument("--methods", default=",".join(METHODS),
+                   help=f"comma-separated, of {list(METHODS)}")
+  run.add_argument("--seeds", type=_ints, default=[0, 1, 2])
+  run.add_argument("--gin_file", action="append", default=None,
+                   help=f"default {DEFAULT_GIN}")
+  run.add_argument("--gin", action="append", default=[], metavar="BINDING",
+                   help="a gin binding for every run, e.g. NUM_UPDATES=50 "
+                   "(--gin.NAME=VALUE works too)")
+  run.add_argument("--parallel", type=int, default=1)
+  run.add_argument("--dry_run", action="store_true",
+                   help="print each run's command and state; run nothing")
+  status = sub.add_parser("status", help="the runs' states and progress")
+  status.add_argument("--out", required=True)
+  summ = sub.add_parser("summarize", help="tables, curves, sample efficiency")
+  summ.add_argument("--out", required=True)
+  summ.add_argument("--md", default=None,
+                    help="also write a Markdown section here (e.g. "
+                    "docs/results.md), images in its folder docs/results/")
+  known, rest = parser.parse_known_args(argv)
+  for arg in rest:
+    if known.command == "run" and arg.startswith("--gin.") and "=" in arg:
+      known.gin.append(arg[len("--gin."):])
+    else:
+      parser.error(f"unrecognized argument {arg!r}")
+  return known
+
+
+def main(argv=None) -> int:
+  argv = sys.argv[1:] if argv is None else list(argv)
+  args = parse_flags(argv)
+  try:
+    if args.command == "status":
+      print(status_report(args.out))
+      return 0
+    if args.command == "summarize":
+      summary = write_summary(args.out, args.md)
+      print(results.markdown(summary, image_dir=None))
+      return 0
+    runs = plan(args.out, methods=args.methods.split(","), seeds=args.seeds,
+                gin_files=args.gin_file or [DEFAULT_GIN], bindings=args.gin)
+    if args.parallel < 1:
+      raise ValueError(f"--parallel must be at least 1, got {args.parallel}")
+    # A typo in a binding fails here, before any run starts.
+    num_updates = {run.name: planned_updates(run) for run in runs}
+  except (FileNotFoundError, ValueError) as e:
+    raise SystemExit(f"error: {e}") from e
+  if args.dry_run:
+    for run in runs:
+      done = is_done(run.workdir, num_updates[run.name])
+      print(f"# {run.name}: {'done' if done else 'to run'}, "
+            f"{num_updates[run.name]} updates\n{run.command()}")
+    return 0
+  # pylint: disable-next=protected-access
+  command = " ".join(sweep._quote(w) for w in
+                     ["python", "-m", "seed_jax.experiments", *argv])
+  # `kill PID` of the runner stops its runs too, as Ctrl-C does.
+  signal.signal(signal.SIGTERM, _interrupt)
+  try:
+    status = execute(runs, num_updates, out=args.out,
+                     parallel=args.parallel, command=command)
+  except KeyboardInterrupt:
+    print("interrupted; rerun the same command to resume", flush=True)
+    return 130
+  failed = [k for k, r in status["runs"].items() if r["state"] != "done"]
+  if failed:
+    print(f"failed: {failed}; see their log.txt", flush=True)
+  return 1 if failed else 0
+
+
+def _interrupt(signum, frame):
+  del signum, frame
+  raise KeyboardInterrupt
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,182 @@
+"""`python -m seed_jax.experiments`: commands, runs on the tiny config, resume,
+status and summary."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from seed_jax import experiments
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = os.path.join(ROOT, "configs/experiments/tiny.gin")
+
+
+def _status(out):
+  with open(os.path.join(out, experiments.STATUS)) as f:
+    return json.load(f)
+
+
+def test_plan_gives_each_method_its_bindings():
+  runs = experiments.plan("out", methods=list(experiments.METHODS),
+                          seeds=[0, 1], gin_files=["a.gin"],
+                          bindings=["NUM_UPDATES=50"])
+  assert [r.name for r in runs] == [
+      "grpo/seed0", "grpo/seed1", "seed/seed0", "seed/seed1",
+      "seed_no_stage1/seed0", "seed_no_stage1/seed1", "opid/seed0",
+      "opid/seed1"]
+  by_name = {r.name: r for r in runs}
+  assert by_name["seed_no_stage1/seed1"].args == (
+      "--gin_file=a.gin", "--gin.WORKDIR='out/seed_no_stage1/seed1'",
+      "--gin.SEED=1", "--gin.VARIANT='seed'",
+      "--gin.policies.prepare.stage1=None", "--gin.NUM_UPDATES=50")
+  assert by_name["opid/seed0"].args[3] == "--gin.VARIANT='opid'"
+  assert by_name["grpo/seed0"].command() == (
+      "python -m seed_jax.train --gin_file=a.gin "
+      "\"--gin.WORKDIR='out/grpo/seed0'\" --gin.SEED=0 "
+      "\"--gin.VARIANT='grpo'\" --gin.NUM_UPDATES=50")
+  # Everything but the method's bindings, the workdir and the seed is shared.
+  common = {a for a in runs[0].args if "WORKDIR" not in a and "SEED" not in a
+            and "VARIANT" not in a}
+  assert all(common <= set(r.args) for r in runs)
+  with pytest.raises(ValueError, match=r"unknown method\(s\) \['sed'\]"):
+    experiments.plan("out", methods=["sed"], seeds=[0], gin_files=["a.gin"])
+  with pytest.raises(ValueError, match="repeated"):
+    experiments.plan("out", methods=["grpo"], seeds=[0, 0],
+                     gin_files=["a.gin"])
+
+
+def test_dry_run_prints_the_commands(tmp_path, capsys):
+  out = str(tmp_path / "exp")
+  assert experiments.main(["run", "--out", out, "--gin_file", TINY,
+                           "--seeds", "3", "--dry_run",
+                           "--gin.NUM_UPDATES=4"]) == 0
+  text = capsys.readouterr().out
+  assert "# seed_no_stage1/seed3: to run, 4 updates" in text
+  assert "--gin.policies.prepare.stage1=None --gin.NUM_UPDATES=4" in text
+  assert text.count("python -m seed_jax.train") == 4
+  assert not os.path.exists(out)
+  with pytest.raises(SystemExit, match="opd_coeff"):
+    experiments.main(["run", "--out", out, "--gin_file", TINY, "--dry_run",
+                      "--gin", "trainer.RLConfig.opd_coeff=0.0"])
+
+
+def test_run_skips_finished_runs_status_and_summary(tmp_path, capsys):
+  out = str(tmp_path / "exp")
+  argv = ["run", "--out", out, "--methods", "grpo,seed", "--seeds", "0",
+          "--gin_file", TINY, "--parallel", "2"]
+  assert experiments.main(argv) == 0
+  status = _status(out)
+  assert status["finished"] and list(status["runs"]) == ["grpo/seed0",
+                                                          "seed/seed0"]
+  logs = {}
+  for name, r in status["runs"].items():
+    assert (r["state"], r["returncode"], r["num_updates"]) == ("done", 0, 2)
+    assert experiments.read_history(r["workdir"])[-1]["update"] == 2
+    logs[name] = open(r["log"]).read()
+    assert logs[name].startswith("--- ") and "update 2 |" in logs[name]
+    assert experiments.last_logged_update(r["log"]) == 2
+  assert "\"--gin.VARIANT='seed'\"" in status["runs"]["seed/seed0"]["command"]
+  capsys.readouterr()
+
+  # Rerun: both are done, nothing is started again.
+  assert experiments.main(argv) == 0
+  assert capsys.readouterr().out.count("done, skipped") == 2
+  for name, r in _status(out)["runs"].items():
+    assert r["state"] == "done" and open(r["log"]).read() == logs[name]
+
+  assert experiments.main(["status", "--out", out]) == 0
+  text = capsys.readouterr().out
+  assert "stopped" in text and "grpo/seed0" in text
+  assert [line.split()[1:3] for line in text.splitlines()[2:]] == [
+      ["done", "2/2"], ["done", "2/2"]]
+
+  md = tmp_path / "docs" / "results.md"
+  md.parent.mkdir()
+  md.write_text("# Results\n\nWritten by hand.\n")
+  assert experiments.main(["summarize", "--out", out, "--md", str(md)]) == 0
+  summary = json.load(open(os.path.join(out, "summary.json")))
+  final = experiments.read_history(os.path.join(out, "seed", "seed0"))[-1]
+  assert summary["final"]["seed"]["unseen"]["all"]["values"] == [
+      final["eval/unseen/success"]]
+  assert summary["runs"]["grpo"]["0"]["env_steps"] == sum(
+      r.get("env_steps", 0) for r in experiments.read_history(
+          os.path.join(out, "grpo", "seed0")))
+  for name in ("summary.csv", "summary.md", "sample_efficiency.csv",
+               "success_vs_updates.png", "success_vs_env_steps.png"):
+    assert os.path.exists(os.path.join(out, name)), name
+  text = md.read_text()
+  assert text.startswith("# Results\n\nWritten by hand.\n")
+  assert "(results/success_vs_env_steps.png)" in text
+  assert "(results/metrics/seed_seed0.jsonl)" in text
+  for name in ("success_vs_updates.png", "metrics/grpo_seed0.jsonl"):
+    assert (tmp_path / "docs" / "results" / name).exists(), name
+  # A second summary replaces its section and keeps the rest.
+  experiments.main(["summarize", "--out", out, "--md", str(md)])
+  assert md.read_text() == text
+
+
+def test_a_failed_run_is_reported(tmp_path, capsys):
+  out = str(tmp_path / "exp")
+  # More free space than any disk has: the run stops before training.
+  assert experiments.main(
+      ["run", "--out", out, "--methods", "grpo", "--seeds", "0",
+       "--gin_file", TINY, "--gin",
+       "train.train.min_free_bytes=1000000000000000000"]) == 1
+  run = _status(out)["runs"]["grpo/seed0"]
+  assert run["state"] == "failed" and run["returncode"] == 1
+  assert "GiB free" in open(run["log"]).read()
+  capsys.readouterr()
+  experiments.main(["status", "--out", out])
+  assert "failed (1)" in capsys.readouterr().out
+
+
+def test_bad_inputs(tmp_path):
+  with pytest.raises(SystemExit, match="no status.json"):
+    experiments.main(["status", "--out", str(tmp_path)])
+  with pytest.raises(SystemExit, match="no run has finished"):
+    experiments.main(["summarize", "--out", str(tmp_path)])
+  with pytest.raises(SystemExit):
+    experiments.main(["run", "--out", str(tmp_path), "--bogus"])
+
+
+def test_replace_section():
+  section = "## Results\n| a |\n"
+  once = experiments.replace_section("# Title\n\ntext\n", section)
+  assert once == (f"# Title\n\ntext\n\n{experiments.BEGIN}\n## Results\n"
+                  f"| a |\n{experiments.END}\n")
+  twice = experiments.replace_section(once + "after\n", "new\n")
+  assert twice == (f"# Title\n\ntext\n\n{experiments.BEGIN}\nnew\n"
+                   f"{experiments.END}\nafter\n")
+  assert experiments.replace_section("", "x") == (
+      f"{experiments.BEGIN}\nx\n{experiments.END}\n")
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_runs_and_the_same_command_resumes(tmp_path):
+  out = str(tmp_path / "exp")
+  argv = ["run", "--out", out, "--methods", "grpo", "--seeds", "0",
+          "--gin_file", TINY, "--gin", "NUM_UPDATES=20"]
+  runner = subprocess.Popen([sys.executable, "-m", "seed_jax.experiments",
+                             *argv], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+  log = os.path.join(out, "grpo", "seed0", "log.txt")
+  deadline = time.time() + 300
+  # Once update 2 is logged, update 1's checkpoint is complete.
+  while (experiments.last_logged_update(log) or 0) < 2:
+    assert time.time() < deadline and runner.poll() is None
+    time.sleep(1)
+  child = _status(out)["runs"]["grpo/seed0"]["pid"]
+  runner.send_signal(signal.SIGTERM)
+  assert runner.wait(timeout=120) == 130
+  run = _status(out)["runs"]["grpo/seed0"]
+  assert run["state"] == "interrupted"
+  with pytest.raises(ProcessLookupError):
+    os.kill(child, 0)
+  assert experiments.main(argv) == 0
+  assert "resumed from update" in open(log).read()
+  assert experiments.read_history(run["workdir"])[-1]["update"] == 20
