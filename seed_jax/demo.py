@@ -552,7 +552,7 @@ def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
     params, lm_report = stage1.sft(
         params, config, tokenizer, texts, [], learning_rate=lm_learning_rate,
         rng=rng_lm, epochs=lm_epochs, batch_size=batch_size, buckets=(8,),
-        response_len_max=lm_tokens)
+        response_len_max=lm_tokens, name="warm start, transcripts")
     report.update({f"lm/{k}": v for k, v in lm_report.items()})
   times["seconds/lm"] = time.time() - t
   t = time.time()
@@ -561,7 +561,8 @@ def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
         params, config, tokenizer, sft_records, [],
         learning_rate=learning_rate, rng=rng_sft, epochs=epochs,
         batch_size=batch_size, buckets=buckets,
-        response_len_max=_round_up(longest + 1, 8))
+        response_len_max=_round_up(longest + 1, 8),
+        name="warm start, replies")
     report.update({f"sft/{k}": v for k, v in sft_report.items()})
   times["seconds/sft"] = time.time() - t
   # Fixed row count: one sampler compilation per prompt bucket. A prompt

@@ -97,7 +97,8 @@ def plan(out: str, *, methods: Sequence[str], seeds: Sequence[int],
          gin_files: Sequence[str], bindings: Sequence[str] = (),
          method_bindings: Mapping[str, Sequence[str]] | None = None
          ) -> list[Run]:
-  """The runs of an experiment, method by method.
+  """The runs of an experiment, seed by seed (every method on seed 0 first,
+  so that a partial experiment already compares the methods).
 
   Args:
     out: the experiment's directory.
@@ -117,8 +118,8 @@ def plan(out: str, *, methods: Sequence[str], seeds: Sequence[int],
     if len(set(items)) != len(items):
       raise ValueError(f"a {what} is repeated in {list(items)}")
   runs = []
-  for m in methods:
-    for s in seeds:
+  for s in seeds:
+    for m in methods:
       workdir = os.path.join(out, m, f"seed{s}")
       args = ([f"--gin_file={f}" for f in gin_files] +
               [f"--gin.WORKDIR={workdir!r}", f"--gin.SEED={int(s)}"] +

@@ -10,7 +10,10 @@ the KL reference.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import logging
+import os
 import shutil
 import time
 from typing import Any
@@ -58,13 +61,51 @@ def _load_folder(folder: epath.Path) -> Policy:
 
 
 def _save_folder(policy: Policy, folder: epath.Path) -> None:
-  """Writes the policy folder atomically (a temporary folder, then rename)."""
-  tmp = folder.parent / (folder.name + ".tmp")
+  """Writes the policy folder atomically (a temporary folder, then rename).
+
+  The warm-start report goes along as report.json. When another process
+  wrote the folder first, its copy is kept.
+  """
+  tmp = folder.parent / f"{folder.name}.tmp{os.getpid()}"
   if tmp.exists():
     shutil.rmtree(tmp)
   hf.save_pretrained(str(tmp), policy.config, policy.params,
                      tokenizer=policy.tokenizer)
-  tmp.rename(folder)
+  (tmp / "report.json").write_text(json.dumps(policy.report, default=float))
+  try:
+    tmp.rename(folder)
+  except OSError:
+    if not (folder / "config.json").exists():
+      raise
+    shutil.rmtree(tmp)
+
+
+def _load_report(folder: epath.Path) -> dict[str, Any]:
+  path = folder / "report.json"
+  return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _demo_policy(seed: int, demo_kwargs: dict[str, Any],
+                 cache_dir: str | None) -> Policy:
+  """The demo warm start, or its copy in `cache_dir` made by an earlier run
+  with the same seed and arguments (methods compared on one seed share it)."""
+  from seed_jax import demo  # pylint: disable=g-import-not-at-top
+  folder = None
+  if cache_dir:
+    key = json.dumps(dict(demo_kwargs, seed=seed), sort_keys=True)
+    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+    folder = epath.Path(cache_dir) / f"demo_seed{seed}_{digest}"
+    if (folder / "config.json").exists():
+      logging.info("reusing the warm start in %s", folder)
+      policy = _load_folder(folder)
+      policy.report = _load_report(folder)
+      return policy
+  config, params, tok, report = demo.warm_start(seed=seed, **demo_kwargs)
+  policy = Policy(config, params, tok, {"warm_start": report})
+  if folder is not None and jax.process_index() == 0:
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    _save_folder(policy, folder)
+  return policy
 
 
 def run_stage1(policy: Policy, cfg: Stage1Config, workdir: epath.Path, *,
@@ -105,7 +146,7 @@ def prepare(workdir, *, seed: int = 0, source: str = "demo",
             model_dir: str | None = None, dtype: str | None = None,
             stage1: Stage1Config | None = None, env_name: str = "household",
             max_new_tokens: int = 64, demo_kwargs: dict | None = None,
-            teacher=None) -> Policy:
+            cache_dir: str | None = None, teacher=None) -> Policy:
   """Builds, or reloads from `workdir/policy`, the policy RL starts from.
 
   Args:
@@ -119,6 +160,8 @@ def prepare(workdir, *, seed: int = 0, source: str = "demo",
     env_name: the environment of Stage 1's rollouts.
     max_new_tokens: the per-turn response budget of Stage-1 rollouts.
     demo_kwargs: arguments of `demo.warm_start`.
+    cache_dir: a folder where demo warm starts are kept, keyed by seed and
+      `demo_kwargs`, so that runs comparing methods on one seed train it once.
     teacher: an OpenAI-compatible teacher for Stage 1 with annotator="teacher".
   """
   if source not in SOURCES:
@@ -127,13 +170,12 @@ def prepare(workdir, *, seed: int = 0, source: str = "demo",
   folder = workdir / "policy"
   if (folder / "config.json").exists():
     logging.info("reloading the prepared policy from %s", folder)
-    return _load_folder(folder)
+    policy = _load_folder(folder)
+    policy.report = _load_report(folder)
+    return policy
   overrides = {"dtype": dtype} if dtype else {}
   if source == "demo":
-    from seed_jax import demo  # pylint: disable=g-import-not-at-top
-    config, params, tok, report = demo.warm_start(seed=seed,
-                                                  **(demo_kwargs or {}))
-    policy = Policy(config, params, tok, {"warm_start": report})
+    policy = _demo_policy(seed, dict(demo_kwargs or {}), cache_dir)
   elif source == "hf":
     if not model_dir:
       raise ValueError("source='hf' needs model_dir (a Hugging Face folder)")

@@ -517,7 +517,7 @@ def sft(params, config, tokenizer, train_records: Sequence[Record],
         warmup_fraction: float = 0.1, weight_decay: float = 0.01,
         grad_clip: float = 1.0, buckets=sampler_lib.DEFAULT_BUCKETS,
         response_len_max: int = 256, log_every: int = 50,
-        checkpoint_dir: epath.PathLike | None = None
+        checkpoint_dir: epath.PathLike | None = None, name: str = "stage1 sft"
         ) -> tuple[Any, dict[str, Any]]:
   """Fine-tunes the policy on (analysis prompt -> analysis JSON).
 
@@ -541,6 +541,7 @@ def sft(params, config, tokenizer, train_records: Sequence[Record],
       `response_len_max` are used).
     response_len_max: response length in tokens, EOS included.
     log_every: log a progress line every this many steps (0: never).
+    name: what the progress lines call this run.
     checkpoint_dir: a new directory for an orbax checkpoint of the result
       (`restore_params`), or None.
 
@@ -583,8 +584,8 @@ def sft(params, config, tokenizer, train_records: Sequence[Record],
       state, metrics = step_fn(state, batch)
       history.append((metrics["loss"], metrics["skipped"]))
       if log_every and (len(history) % log_every == 0 or len(history) == total):
-        logging.info("stage1 sft step %d/%d (epoch %d): loss %.4f, "
-                     "grad_norm %.3f", len(history), total, epoch + 1,
+        logging.info("%s step %d/%d (epoch %d): loss %.4f, "
+                     "grad_norm %.3f", name, len(history), total, epoch + 1,
                      float(metrics["loss"]), float(metrics["grad_norm"]))
   losses, skipped = np.asarray(jax.device_get(history)).T
   report: dict[str, Any] = dict(
@@ -599,8 +600,8 @@ def sft(params, config, tokenizer, train_records: Sequence[Record],
     with ocp.StandardCheckpointer() as ckpt:  # written to a tmp dir, renamed
       ckpt.save(ckpt_path, state.params)
   report["seconds"] = time.time() - start
-  logging.info("stage1 sft done: %s", {k: v for k, v in report.items()
-                                       if k != "val_sample"})
+  logging.info("%s done: %s", name, {k: v for k, v in report.items()
+                                     if k != "val_sample"})
   return state.params, report
 
 

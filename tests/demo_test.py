@@ -166,3 +166,36 @@ def test_miniature_warm_start_end_to_end():
               "skills/plain_valid"):
     assert 0.0 <= report[key] <= 1.0, key
   assert report["seconds/total"] > 0
+
+
+_MINI = dict(num_tasks=3, max_steps=2, vocab_size=512, batch_size=4,
+             analysis_fraction=0.5, lm_tokens=512, eval_tasks=0,
+             skill_eval_tasks=0, buckets=(512,), analysis_max_chars=1200,
+             model=dict(hidden_size=32, num_layers=1, num_heads=2,
+                        num_kv_heads=1, intermediate_size=64,
+                        max_position_embeddings=768))
+
+
+def test_prepare_shares_a_cached_warm_start(tmp_path, monkeypatch):
+  from seed_jax import policies  # pylint: disable=g-import-not-at-top
+  cache = tmp_path / "cache"
+  first = policies.prepare(tmp_path / "a", seed=3, source="demo", stage1=None,
+                           demo_kwargs=_MINI, cache_dir=str(cache))
+  [folder] = list(cache.iterdir())
+  assert folder.name.startswith("demo_seed3_")
+  assert (tmp_path / "a" / "policy" / "report.json").exists()
+
+  def no_training(**kwargs):
+    raise AssertionError("the cached warm start should have been reused")
+
+  monkeypatch.setattr(demo, "warm_start", no_training)
+  again = policies.prepare(tmp_path / "b", seed=3, source="demo", stage1=None,
+                           demo_kwargs=_MINI, cache_dir=str(cache))
+  assert again.config == first.config
+  np.testing.assert_array_equal(again.params["embed"]["embedding"],
+                                first.params["embed"]["embedding"])
+  assert again.report["warm_start"]["records/analysis"] == 2
+  # Another seed is another warm start.
+  with pytest.raises(AssertionError, match="reused"):
+    policies.prepare(tmp_path / "c", seed=4, source="demo", stage1=None,
+                     demo_kwargs=_MINI, cache_dir=str(cache))

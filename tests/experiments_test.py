@@ -26,9 +26,8 @@ def test_plan_gives_each_method_its_bindings():
                           seeds=[0, 1], gin_files=["a.gin"],
                           bindings=["NUM_UPDATES=50"])
   assert [r.name for r in runs] == [
-      "grpo/seed0", "grpo/seed1", "seed/seed0", "seed/seed1",
-      "seed_no_stage1/seed0", "seed_no_stage1/seed1", "opid/seed0",
-      "opid/seed1"]
+      "grpo/seed0", "seed/seed0", "seed_no_stage1/seed0", "opid/seed0",
+      "grpo/seed1", "seed/seed1", "seed_no_stage1/seed1", "opid/seed1"]
   by_name = {r.name: r for r in runs}
   assert by_name["seed_no_stage1/seed1"].args == (
       "--gin_file=a.gin", "--gin.WORKDIR='out/seed_no_stage1/seed1'",
