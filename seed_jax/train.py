@@ -1,6 +1,6 @@
 r"""Entry point: SEED / GRPO training configured with gin.
 
-  python -m seed_jax.train                       # configs/experiments/tiny.gin
+  python -m seed_jax.train                       # configs/experiments/demo.gin
   python -m seed_jax.train --gin_file=configs/experiments/smollm2.gin \
       --gin.WORKDIR="'/tmp/run'" --gin.trainer.RLConfig.variant="'grpo'"
 
@@ -32,7 +32,7 @@ from seed_jax import policies
 from seed_jax import train_step as ts
 from seed_jax import trainer as trainer_lib
 
-DEFAULT_GIN = "configs/experiments/tiny.gin"
+DEFAULT_GIN = "configs/experiments/demo.gin"
 
 
 class NonFiniteError(RuntimeError):
@@ -184,21 +184,9 @@ def train(workdir: str, *,
   if is_writer:
     history.write_jsonl(workdir / "metrics.jsonl")
     metrics_lib.plot_learning_curve(history, workdir / "learning_curve.png")
-    _print_table(final)
+    first = history.to_json()[0] if len(history) else {}
+    print("\n" + metrics_lib.success_table(first, final), flush=True)
   return {k: v for k, v in final.items() if k.startswith("eval/")}
-
-
-def _print_table(final: dict[str, Any]) -> None:
-  rows = sorted({k.split("/", 2)[2] for k in final if k.startswith("eval/")
-                 and k.count("/") == 2 and k.split("/")[2] != "tasks"})
-  if not rows:
-    return
-  print(f"\n{'':24s} {'seen':>8s} {'unseen':>8s}")
-  for r in rows:
-    seen = final.get(f"eval/seen/{r}")
-    unseen = final.get(f"eval/unseen/{r}")
-    fmt = lambda v: f"{v:8.3f}" if v is not None else f"{'-':>8s}"
-    print(f"{r:24s} {fmt(seen)} {fmt(unseen)}")
 
 
 def parse_flags(argv):
@@ -221,7 +209,13 @@ def parse_flags(argv):
 def main(argv=None) -> None:
   args = parse_flags(sys.argv[1:] if argv is None else argv)
   distributed.initialize()  # multi-host when the launch asks (SEED_* env)
-  logging.basicConfig(level=logging.WARNING)
+  # Progress lines of seed_jax (logging.info) on the console; the libraries'
+  # own chatter stays at warnings.
+  logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s",
+                      datefmt="%H:%M:%S", force=True)
+  for name in ("absl", "jax", "orbax", "tensorflow", "etils", "urllib3",
+               "matplotlib", "PIL", "httpx"):
+    logging.getLogger(name).setLevel(logging.WARNING)
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   gin.add_config_file_search_path(root)  # configs/ of a source checkout
   files = args.gin_file or [DEFAULT_GIN]
