@@ -15,7 +15,7 @@ Its warm start teaches what an instruct model brings to SEED:
     annotator's JSON.
 
 `warm_start` builds those records, the tokenizer, the model, fine-tunes it
-with `stage1.sft` and measures plain success (`trainer.evaluate`), success
+with `sft.sft` and measures plain success (`trainer.evaluate`), success
 with the hindsight skill of the policy's own episode in context, and the
 parse rate of its own analyses.
 """
@@ -40,6 +40,7 @@ from seed_jax import envs
 from seed_jax import model as model_lib
 from seed_jax import rollout as rollout_lib
 from seed_jax import sampler as sampler_lib
+from seed_jax import sft
 from seed_jax import skills
 from seed_jax import stage1
 from seed_jax import tokenizer as tokenizer_lib
@@ -416,7 +417,7 @@ def transcripts(records: Sequence[Record], tokenizer, *, max_tokens: int
 
   Each record becomes the text "<prompt><|assistant|><response>"; texts are
   packed greedily, joined by EOS, into records of at most `max_tokens` tokens
-  (EOS included) with an empty prompt, so that `stage1.sft` (loss on the
+  (EOS included) with an empty prompt, so that `sft.sft` (loss on the
   response only) trains on every token of them. Copying names and numbers
   from the task, the observations, the admissible list and the history is
   most of what these tokens ask for: it teaches a model trained from scratch
@@ -480,7 +481,7 @@ def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
                buckets: Sequence[int] = BUCKETS):
   """Builds, trains and measures the demo policy.
 
-  Two `stage1.sft` runs (AdamW, warm-up, cosine): first on `transcripts` of
+  Two `sft.sft` runs (AdamW, warm-up, cosine): first on `transcripts` of
   the acting records (every token), then on the records themselves (reply
   tokens only; acting, skill following and analysis mixed).
 
@@ -549,7 +550,7 @@ def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
   t = time.time()
   if lm_epochs and texts:
     # An empty prompt is two tokens (the chat markers): one small bucket.
-    params, lm_report = stage1.sft(
+    params, lm_report = sft.sft(
         params, config, tokenizer, texts, [], learning_rate=lm_learning_rate,
         rng=rng_lm, epochs=lm_epochs, batch_size=batch_size, buckets=(8,),
         response_len_max=lm_tokens, name="warm start, transcripts")
@@ -557,7 +558,7 @@ def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
   times["seconds/lm"] = time.time() - t
   t = time.time()
   if epochs and sft_records:
-    params, sft_report = stage1.sft(
+    params, sft_report = sft.sft(
         params, config, tokenizer, sft_records, [],
         learning_rate=learning_rate, rng=rng_sft, epochs=epochs,
         batch_size=batch_size, buckets=buckets,

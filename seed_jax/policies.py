@@ -26,6 +26,7 @@ from seed_jax import hf
 from seed_jax import model as model_lib
 from seed_jax import rollout as rollout_lib
 from seed_jax import sampler as sampler_lib
+from seed_jax import sft as sft_lib
 from seed_jax import stage1 as stage1_lib
 
 SOURCES = ("demo", "hf", "gguf")
@@ -132,7 +133,7 @@ def run_stage1(policy: Policy, cfg: Stage1Config, workdir: epath.Path, *,
   val = stage1_lib.read_dataset(data_dir, "validation")
   print(f"stage 1: {len(train)} train / {len(val)} validation records "
         f"({stats}) in {time.time() - t0:.0f}s", flush=True)
-  params, report = stage1_lib.sft(
+  params, report = sft_lib.sft(
       policy.params, policy.config, policy.tokenizer, train, val,
       learning_rate=cfg.learning_rate, rng=jax.random.key(seed + 2),
       epochs=cfg.epochs, batch_size=cfg.batch_size, buckets=cfg.buckets,

@@ -1,4 +1,5 @@
-"""Shared fakes for tests and demos: tiny model configs built in code."""
+"""Shared fakes for tests and demos: tiny models built in code, scripted
+rollouts."""
 
 from __future__ import annotations
 
@@ -43,3 +44,40 @@ def tiny_policy(workdir=None, *, seed: int = 0, env_name: str = "household",
   config = tiny_config(**kw)
   params = model_lib.init_params(config, jax.random.key(seed))
   return policies.Policy(config, params, tok)
+
+
+def scripted_rollouts(bad=lambda member: False):
+  """A generate function whose experts play the pool's games.
+
+  Args:
+    bad: `bad(member) -> bool`; a bad member answers without action tags.
+
+  Returns:
+    (pool_factory, generate), for `stage1.collect_records`: `generate`
+    answers, for each active member of the last pool `pool_factory` built,
+    "<think>plan</think><action>{its expert's action}</action>".
+  """
+  from seed_jax import envs  # pylint: disable=g-import-not-at-top
+  from seed_jax import rollout  # pylint: disable=g-import-not-at-top
+  live = {}
+
+  def pool_factory(*args, **kwargs):
+    live["pool"] = envs.EnvPool(*args, **kwargs)
+    live["experts"] = {}
+    return live["pool"]
+
+  def generate(prompts, rng):
+    del rng
+    pool, experts = live["pool"], live["experts"]
+    assert len(prompts) == len(pool.active())
+    out = []
+    for i in pool.active():
+      if bad(i):
+        text = "I will just look around"
+      else:
+        expert = experts.setdefault(i, envs.make_expert(pool.members[i]))
+        text = f"<think>plan</think><action>{expert.act()}</action>"
+      out.append(rollout.Generation(text, [7], [9, 1], [-0.5, -0.5]))
+    return out
+
+  return pool_factory, generate

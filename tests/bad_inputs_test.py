@@ -15,7 +15,7 @@ from seed_jax import checkpoints
 from seed_jax import model as model_lib
 from seed_jax import prompts
 from seed_jax import rollout
-from seed_jax import stage1
+from seed_jax import sft
 from seed_jax import testing
 from seed_jax import tokenizer as tokenizer_lib
 from seed_jax import train
@@ -111,8 +111,8 @@ def test_rl_prompt_over_the_buckets_stops_the_update_before_sampling(tiny):
 def test_sft_on_no_records_is_a_clear_error(tiny):
   config, params, tok = tiny
   with pytest.raises(ValueError, match="no training record fits"):
-    stage1.sft(params, config, tok, [], [], learning_rate=1e-3,
-               rng=jax.random.key(0), buckets=(512,), response_len_max=16)
+    sft.sft(params, config, tok, [], [], learning_rate=1e-3,
+            rng=jax.random.key(0), buckets=(512,), response_len_max=16)
 
 
 # -- group size 1 -------------------------------------------------------------

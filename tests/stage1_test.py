@@ -1,5 +1,5 @@
 """Stage 1: records from scripted rollouts, the TFDS round trip, a teacher that
-goes down, and a tiny model that learns to write parseable analyses."""
+goes down, skill agreement."""
 
 import contextlib
 import json
@@ -11,40 +11,10 @@ import pytest
 import tensorflow_datasets as tfds
 
 from seed_jax import annotators
-from seed_jax import envs
-from seed_jax import model as model_lib
-from seed_jax import rollout
 from seed_jax import skills
 from seed_jax import stage1
 from seed_jax import testing
-from seed_jax import tokenizer as tokenizer_lib
 from seed_jax.teacher import OpenAITeacher, TeacherUnavailableError
-
-
-def _scripted(bad=lambda member: False):
-  """(pool_factory, generate): experts act, `bad` members answer untagged."""
-  live = {}
-
-  def pool_factory(*args, **kwargs):
-    live["pool"] = envs.EnvPool(*args, **kwargs)
-    live["experts"] = {}
-    return live["pool"]
-
-  def generate(prompts, rng):
-    del rng
-    pool, experts = live["pool"], live["experts"]
-    assert len(prompts) == len(pool.active())
-    out = []
-    for i in pool.active():
-      if bad(i):
-        text = "I will just look around"
-      else:
-        expert = experts.setdefault(i, envs.make_expert(pool.members[i]))
-        text = f"<think>plan</think><action>{expert.act()}</action>"
-      out.append(rollout.Generation(text, [7], [9, 1], [-0.5, -0.5]))
-    return out
-
-  return pool_factory, generate
 
 
 def _records(num_tasks, per_task=2):
@@ -57,7 +27,7 @@ def _records(num_tasks, per_task=2):
 
 
 def test_collect_records_keeps_parseable_analyses():
-  pool_factory, generate = _scripted(bad=lambda i: i % 4 == 3)
+  pool_factory, generate = testing.scripted_rollouts(bad=lambda i: i % 4 == 3)
   seen, expected = [], {}
 
   def annotator(ep):
@@ -168,7 +138,7 @@ def test_down_teacher_fails_clearly_and_keeps_records(tmp_path, batch):
     calls.append(1)
     return annotators.annotate(ep) if len(calls) <= 5 else down.annotate(ep)
 
-  pool_factory, generate = _scripted()
+  pool_factory, generate = testing.scripted_rollouts()
   with pytest.raises(TeacherUnavailableError) as info:
     stage1.collect_records(
         generate, "household", num_tasks=4, group_size=2, max_steps=6,
@@ -196,36 +166,3 @@ def test_skill_f1():
       pytest.approx(6 / 7))
   assert stage1.skill_f1("a b", "c") == 0.0
   assert stage1.skill_f1("", "") == 1.0
-
-
-@pytest.mark.slow
-def test_tiny_model_learns_to_write_parseable_analyses(tmp_path):
-  # Sokoban's short grid observations keep analysis prompts near 300 tokens.
-  pool_factory, generate = _scripted(bad=lambda i: i % 4 == 3)
-  records, _ = stage1.collect_records(
-      generate, "sokoban", num_tasks=40, group_size=2, max_steps=3,
-      annotator=annotators.annotate, rng=jax.random.key(0),
-      pool_factory=pool_factory)
-  stage1.write_dataset(records, tmp_path / "data")
-  train = list(stage1.read_dataset(tmp_path / "data", "train"))
-  val = list(stage1.read_dataset(tmp_path / "data", "validation"))
-  assert len(train) == 72 and len(val) == 8
-  assert {r["success"] for r in val} == {True, False}
-  tokenizer = tokenizer_lib.train_tokenizer(
-      [r["prompt"] for r in records] + [r["response"] for r in records],
-      vocab_size=1024)
-  config = testing.tiny_config(vocab_size=len(tokenizer),
-                               max_position_embeddings=512)
-  params = model_lib.init_params(config, jax.random.key(1))
-  tuned, report = stage1.sft(
-      params, config, tokenizer, train, val, learning_rate=1e-2,
-      rng=jax.random.key(2), epochs=10, batch_size=8, buckets=(320,),
-      response_len_max=96, log_every=30, checkpoint_dir=tmp_path / "ckpt")
-  assert report["train_examples"] == 72 and report["val_examples"] == 8
-  assert report["steps"] == 90 and report["skipped_updates"] == 0
-  assert report["parse_rate"] >= 0.9, report
-  assert report["skill_f1"] >= 0.5, report
-  assert report["val_loss"] < 0.5
-  restored = stage1.restore_params(tmp_path / "ckpt", params)
-  assert jax.tree.all(jax.tree.map(lambda a, b: (a == b).all(), restored,
-                                   tuned))
