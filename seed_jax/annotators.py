@@ -1,6 +1,6 @@
 """Rule-based hindsight teacher: episode summary and skill from ground truth.
 
-For the built-in environments the teacher of Stage 1 (DESIGN.md section 1.2)
+For the built-in environments the teacher of Stage 1 (docs/algorithm.md §2)
 can be a set of rules: the environment recorded hidden facts the agent never
 saw (where the object was, which push killed the level), so a failure's
 decisive observation can be named exactly. Output matches the analysis JSON:

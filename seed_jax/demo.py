@@ -1,7 +1,8 @@
 """The demo policy's warm start: a small decoder trained from scratch.
 
-DESIGN.md §3: the demo stands in for a pretrained instruct model with a small
-llama-family decoder and a BPE tokenizer fitted to the household game's text.
+docs/algorithm.md §8: the demo stands in for a pretrained instruct model with
+a small llama-family decoder and a BPE tokenizer fitted to the household
+game's text.
 Its warm start teaches what an instruct model brings to SEED:
 
   * acting (no skill): an imperfect expert — it searches without peeking and
@@ -22,7 +23,6 @@ parse rate of its own analyses.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import random

@@ -5,7 +5,7 @@ pairs, the current observation, the admissible actions, the instruction to
 reason in <think> </think> and answer in <action> </action>, and a last line
 starting "Now it's your turn". The task line ("Your task is to: ..." or
 "Your goal is to ...") is a line of its own, so that skills.py can insert a
-skill block right after it (DESIGN.md section 1.5).
+skill block right after it (docs/algorithm.md §5).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Hindsight skills: analysis prompt, lenient parser, skill-augmented prompts.
 
 Host-side and pure, so the RL self-analysis prompt is byte-identical to the
-Stage-1 one (DESIGN.md §1.4); skill blocks are placed as in §1.5.
+Stage-1 one (docs/algorithm.md §4); skill blocks are placed as in §5.
 """
 
 from __future__ import annotations
@@ -451,7 +451,7 @@ def _clean_skill(skill: str) -> str:
 
 def build_skill_prompt(prompt: str, skill: str, *,
                        step_skill: str | None = None) -> str:
-  """Inserts the episode-level skill block (DESIGN.md §1.5) into a prompt.
+  """Inserts the episode-level skill block (docs/algorithm.md §5) in a prompt.
 
   The block goes after the first line containing "Your task is to:", "Your
   goal is to" or "Your question:"; else before the first line starting with

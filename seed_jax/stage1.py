@@ -1,4 +1,4 @@
-"""Stage 1 (DESIGN.md §1.2): hindsight-analysis records and their dataset.
+"""Stage 1 (docs/algorithm.md §2): hindsight-analysis records and dataset.
 
 collect_records (rollouts + annotator) -> write_dataset (TFDS, array_record,
 train/validation) -> read_dataset (random access, a grain source), which

@@ -1,8 +1,8 @@
 """External analyzer: an OpenAI-compatible chat-completions client (stdlib).
 
 Writes `{"episode_summary", "episode_skill"}` per episode for Stage 1
-(DESIGN.md §1.2) or as the external-analyzer variant (§1.6), from the analysis
-prompt the policy sees (skills.build_analysis_prompt).
+(docs/algorithm.md §2) or as the external-analyzer variant (§7), from the
+analysis prompt the policy sees (skills.build_analysis_prompt).
 """
 
 from __future__ import annotations

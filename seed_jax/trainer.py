@@ -1,6 +1,6 @@
 """Stage 2: one SEED / GRPO update, and evaluation without skills.
 
-An update (DESIGN.md section 1.3): roll out B groups x N with theta_old ->
+An update (docs/algorithm.md §3): roll out B groups x N with theta_old ->
 sample scores and GRPO advantages -> self-analysis with the same weights
 (greedy) -> skill-augmented prompts -> ordinary and augmented contexts scored
 in one dual call (old and skill log-probs) and the reference log-probs ->
@@ -42,7 +42,7 @@ ANALYZERS = ("self", "external")
 
 @dataclasses.dataclass(frozen=True)
 class RLConfig:
-  """Knobs of one RL update (defaults: DESIGN.md section 1.3).
+  """Knobs of one RL update (the paper's values: docs/algorithm.md §7).
 
   variant: "grpo" (no analysis, no distillation), "seed" (gated OPD loss) or
     "opid" (skill log-prob shift added to the advantage, no OPD loss).

@@ -1,4 +1,6 @@
-"""SEED's distillation weight lambda x gate sharpness beta (DESIGN.md 1.3).
+"""SEED's distillation weight lambda x gate sharpness beta.
+
+The loss they enter: docs/algorithm.md §3.7.
 
 lambda = 0 is GRPO with analyses still written (same compute as SEED).
 
