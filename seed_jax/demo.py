@@ -592,8 +592,8 @@ def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
     report.update({f"skills/{k}": v for k, v in out.items()})
     logging.info(
         "demo warm start on %d seen tasks: success %.3f without a skill, "
-        "%.3f with the hindsight skill of its own episode; %.0f%% of its "
-        "analyses parse", skill_eval_tasks, out["plain_success"],
+        "%.3f with the annotator's hindsight skill of its own episode; "
+        "%.0f%% of its analyses parse", skill_eval_tasks, out["plain_success"],
         out["skill_success"], 100 * out["parse_rate"])
   report["eval/prompts_cut"] = policy.prompts_truncated
   times["seconds/skill_eval"] = time.time() - t
