@@ -25,6 +25,7 @@ import jax
 
 from seed_jax import checkpoints
 from seed_jax import distributed
+from seed_jax import evaluate as evaluate_lib
 from seed_jax import faults
 from seed_jax import metrics as metrics_lib
 from seed_jax import partitioning
@@ -130,17 +131,13 @@ def train(workdir: str, *,
   nonfinite_run = 0
 
   def run_eval(update):
-    out = {}
-    params = rl_trainer.local_params(state.params)
-    for split in ("eval_seen", "eval_unseen"):
-      res = trainer_lib.evaluate(
-          eval_policy, params, env_name=env_name, split=split,
-          num_tasks=eval_tasks, max_steps=rl.max_steps,
-          history_length=rl.history_length, temperature=eval_temperature,
-          rng=jax.random.fold_in(base_rng, 10_000_000 + update),
-          env_kwargs=env_kwargs)
-      out.update({f"eval/{split[5:]}/{k}": v for k, v in res.items()})
-    return out
+    return evaluate_lib.score(
+        eval_policy, rl_trainer.local_params(state.params), env_name=env_name,
+        num_tasks=eval_tasks, max_steps=rl.max_steps,
+        history_length=rl.history_length, temperature=eval_temperature,
+        rng=jax.random.fold_in(base_rng,
+                               evaluate_lib.EVAL_RNG_OFFSET + update),
+        env_kwargs=env_kwargs)
 
   if start == 0 and eval_every:
     first = run_eval(0)
