@@ -78,27 +78,34 @@ def reason(world: hw.World) -> str:
   return f"Put the {held} {prep} the {world.target_type}."
 
 
-def reply(world: hw.World, action: str) -> str:
+def reply(world: hw.World, action: str, *, hint: bool = False) -> str:
   """A demonstrated response: the task restated, the sub-goal, the action.
 
   Example: "<think>Task: put a mug in fridge. Find a mug.</think><action>go
   to cabinet 1</action>". Restating the task is copying the prompt's task
   line token for token, the pattern a small model learns first (induction);
-  it puts the object and the target right before the decision.
+  it puts the object and the target right before the decision. With `hint`,
+  a search step names the place it tries ("Find a mug. Try cabinet 1."), so
+  that where to look is decided in the reasoning, where a skill in the
+  prompt can change it, and the action copies it.
   """
-  return (f"<think>Task: {world.task}. {reason(world)}</think>"
+  why = reason(world)
+  if hint and why.startswith("Find ") and action.startswith("go to "):
+    why += f" Try {action[len('go to '):]}."
+  return (f"<think>Task: {world.task}. {why}</think>"
           f"<action>{action}</action>")
 
 
 def _scripted(pool: envs_base.EnvPool, make_expert: Callable[[int, Any], Any],
-              *, repeat: float = 0.0, seed: int = 0) -> rollout_lib.GenerateFn:
+              *, repeat: float = 0.0, seed: int = 0,
+              hint: bool = False) -> rollout_lib.GenerateFn:
   """A GenerateFn whose replies come from one expert per pool member.
 
   With probability `repeat` a member repeats its previous action instead
   (usually invalid: "go to" where it stands, "open" what is open), the slip
   a small policy makes; the expert acts on from wherever that leaves it.
   `rollout` asks for the members in `pool.active()` order; the experts are
-  built lazily, after the pool's reset.
+  built lazily, after the pool's reset. `hint`: see `reply`.
   """
   experts: dict[int, Any] = {}
   last: dict[int, str] = {}
@@ -118,7 +125,7 @@ def _scripted(pool: envs_base.EnvPool, make_expert: Callable[[int, Any], Any],
       else:
         action = experts[i].act()
       last[i] = action
-      text = reply(pool.members[i].world, action)
+      text = reply(pool.members[i].world, action, hint=hint)
       out.append(rollout_lib.Generation(text, [], [], []))
     return out
 
@@ -127,12 +134,12 @@ def _scripted(pool: envs_base.EnvPool, make_expert: Callable[[int, Any], Any],
 
 def _play(seeds: Sequence[int], make_expert: Callable[[int, Any], Any], *,
           max_steps: int, history_length: int, repeat: float = 0.0,
-          seed: int = 0) -> list[Episode]:
+          seed: int = 0, hint: bool = False) -> list[Episode]:
   """One expert episode per train-split seed (household, groups of one)."""
   pool = envs_base.EnvPool(ENV, num_groups=len(seeds), group_size=1,
                            split="train", max_steps=max_steps)
   result = rollout_lib.rollout(
-      _scripted(pool, make_expert, repeat=repeat, seed=seed), pool,
+      _scripted(pool, make_expert, repeat=repeat, seed=seed, hint=hint), pool,
       jax.random.key(0), env_name=ENV, max_steps=max_steps,
       history_length=history_length, group_seeds=seeds)
   return result.episodes
@@ -159,8 +166,8 @@ def demonstrations(*, num_tasks: int, seed: int = 0, max_steps: int = 20,
                    skill_noise: float = 0.0, analysis_fraction: float = 0.5,
                    analysis_noise: Sequence[float] = (0.2, 0.5, 0.8),
                    analysis_max_chars: int | None = 3000,
-                   repeat: float = 0.1, task_offset: int = 0
-                   ) -> list[Record]:
+                   repeat: float = 0.1, task_offset: int = 0,
+                   search_hint: bool = False) -> list[Record]:
   """Warm-start records from household train-split tasks.
 
   Per task (seed s of the train split):
@@ -192,6 +199,7 @@ def demonstrations(*, num_tasks: int, seed: int = 0, max_steps: int = 20,
     analysis_max_chars: length budget of analysis prompts (RL's must match).
     repeat: probability of repeating the previous action (see `_scripted`).
     task_offset: first train-split seed index.
+    search_hint: search steps name the place they try (see `reply`).
 
   Returns:
     Records (stage1.FIELDS plus "kind"), acting ones first, in task order.
@@ -209,7 +217,7 @@ def demonstrations(*, num_tasks: int, seed: int = 0, max_steps: int = 20,
         seed=seed * 1_000_003 + env.world.seed * 7 + salt)
 
   kw = dict(max_steps=max_steps, history_length=history_length,
-            repeat=repeat)
+            repeat=repeat, hint=search_hint)
   plain = _play(seeds, expert(False, noise, shuffle_search), seed=seed, **kw)
   records = [_record(s.prompt, s.response, ep, "act")
              for ep in plain for s in ep.steps if s.action_valid]
@@ -470,6 +478,7 @@ def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
                history_length: int = 2, noise: float = 0.2,
                shuffle_search: bool = False, repeat: float = 0.1,
                skill_fraction: float = 0.5, analysis_fraction: float = 1.0,
+               search_hint: bool = False,
                analysis_max_chars: int | None = 3000, vocab_size: int = 2048,
                model: dict[str, Any] | None = None,
                lm_epochs: int = 1, lm_tokens: int = 512,
@@ -495,6 +504,7 @@ def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
     repeat: the demonstrators' slip rate (see `demonstrations`).
     skill_fraction, analysis_fraction: shares of tasks with a skill-following
       episode and with an analysis example.
+    search_hint: demonstrated search steps name the place they try.
     analysis_max_chars: analysis prompt budget (the RL run's).
     vocab_size: BPE vocabulary size (the tokenizer may stop short of it).
     model: keyword arguments of `demo_model_config`.
@@ -523,7 +533,7 @@ def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
       num_tasks=num_tasks, seed=seed, max_steps=max_steps,
       history_length=history_length, noise=noise,
       shuffle_search=shuffle_search, repeat=repeat,
-      skill_fraction=skill_fraction,
+      skill_fraction=skill_fraction, search_hint=search_hint,
       analysis_fraction=analysis_fraction,
       analysis_max_chars=analysis_max_chars)
   tokenizer = demo_tokenizer(records, vocab_size)

@@ -94,6 +94,30 @@ def test_reason_follows_the_subgoal():
   assert demo.reason(world).startswith(f"Put the {obj} ")
 
 
+def test_search_hint_names_the_place_tried():
+  world = hw.generate(2)
+  plain = demo.reply(world, "go to cabinet 3")
+  hinted = demo.reply(world, "go to cabinet 3", hint=True)
+  assert hinted == plain.replace(".</think>", ". Try cabinet 3.</think>")
+  # Only search moves carry it: not other actions, nor a move while holding.
+  assert demo.reply(world, "open cabinet 3", hint=True) == demo.reply(
+      world, "open cabinet 3")
+  obj = world.instances(world.obj_type)[0]
+  world.contents[world.where(obj)].remove(obj)
+  world.holding = obj
+  assert demo.reply(world, "go to microwave 1", hint=True) == demo.reply(
+      world, "go to microwave 1")
+  recs = demo.demonstrations(num_tasks=4, seed=0, max_steps=12,
+                             skill_fraction=0.5, analysis_fraction=0.0,
+                             search_hint=True)
+  tried = [r for r in recs if " Try " in r["response"]]
+  assert tried
+  for r in tried:
+    action = _REPLY.match(r["response"]).group(1)
+    assert r["response"].endswith(
+        f"Try {action[len('go to '):]}.</think><action>{action}</action>")
+
+
 @pytest.mark.parametrize("phrases", [True, False])
 def test_tokenizer_round_trips(records, phrases, tmp_path):
   tok = demo.demo_tokenizer(records, 512, phrases=phrases)
