@@ -175,6 +175,10 @@ def train(workdir: str, *,
                 host={"history": history.to_json()},
                 force=done == num_updates)
       faults.maybe_crash("checkpoint", update)
+    if is_writer and done < num_updates:
+      # Progress survives a crash; the final update is written after the
+      # last checkpoint is complete (`experiments` reads it as "done").
+      history.write_jsonl(workdir / "metrics.jsonl")
   ckpt.close()
   writer.flush()
   final = history.to_json()[-1] if len(history) else {}

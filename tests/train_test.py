@@ -81,6 +81,12 @@ def test_non_finite_updates_stop_the_run_and_keep_the_last_checkpoint(
   ckpt = checkpoints.Checkpointer(workdir)
   assert ckpt.all_steps() == [1]
   ckpt.close()
+  # Every finished update reached metrics.jsonl before the run stopped: the
+  # first skipped one (2) too, not the one that stopped it.
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    history = [json.loads(line) for line in f]
+  assert [h["update"] for h in history] == [0, 1, 2]
+  assert history[-1]["skipped"] >= 1
 
 
 def test_workdir_of_another_model_is_a_clear_error(tmp_path):
