@@ -353,6 +353,27 @@ def _valid_ratio(result: rollout_lib.RolloutResult) -> float:
   return float(np.mean([s.action_valid for s in result.samples]))
 
 
+def _first_search_follows(episodes: Sequence[Episode],
+                          member_skills: Sequence[str]) -> tuple[float, int]:
+  """How often the first "go to" goes where the skill says the object was.
+
+  Counts the episodes whose skill names a start location of an object of the
+  task's type and that have a valid "go to"; returns (share, count).
+  """
+  hits = total = 0
+  for ep, skill in zip(episodes, member_skills):
+    gt = ep.ground_truth
+    places = {where for obj, where in gt["start_locations"].items()
+              if hw.kind(obj) == gt["object_type"]
+              and re.search(rf"\b{re.escape(where)}\b", skill)}
+    moves = [s.action for s in ep.steps
+             if s.action_valid and s.action.startswith("go to ")]
+    if places and moves:
+      total += 1
+      hits += moves[0][len("go to "):] in places
+  return (hits / total if total else 0.0), total
+
+
 def evaluate_skills(policy: rollout_lib.Policy, params, *, split: str,
                     num_tasks: int, max_steps: int, history_length: int,
                     temperature: float = 0.4, rng: jax.Array,
@@ -369,8 +390,12 @@ def evaluate_skills(policy: rollout_lib.Policy, params, *, split: str,
 
   Returns:
     {"plain_success", "plain_valid", "skill_success", "skill_valid",
-    "parse_rate", "analysis_skill_f1" (parsed skill vs the annotator's),
-    "tasks"}.
+    "plain_first_search_follows", "skill_first_search_follows" (share of
+    episodes whose first valid "go to" heads where the skill says the object
+    was: without the skill that is chance, with it, following),
+    "plain_follow_episodes", "skill_follow_episodes" (how many episodes
+    those shares count), "parse_rate",
+    "analysis_skill_f1" (parsed skill vs the annotator's), "tasks"}.
   """
   rng_plain, rng_an, rng_skill = jax.random.split(rng, 3)
   seeds = envs_base.split_seeds(split, num_tasks)
@@ -404,7 +429,13 @@ def evaluate_skills(policy: rollout_lib.Policy, params, *, split: str,
     f1.append(stage1.skill_f1(got.skill, ref)
               if isinstance(got, skills.Analysis) else 0.0)
   second = play(rng_skill, hindsight)
+  plain_follows, plain_n = _first_search_follows(eps, hindsight)
+  skill_follows, skill_n = _first_search_follows(second.episodes, hindsight)
   return {
+      "plain_first_search_follows": plain_follows,
+      "skill_first_search_follows": skill_follows,
+      "plain_follow_episodes": float(plain_n),
+      "skill_follow_episodes": float(skill_n),
       "plain_success": float(np.mean([e.success for e in eps])),
       "plain_valid": _valid_ratio(plain),
       "skill_success": float(np.mean([e.success for e in second.episodes])),
@@ -602,9 +633,12 @@ def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
     report.update({f"skills/{k}": v for k, v in out.items()})
     logging.info(
         "demo warm start on %d seen tasks: success %.3f without a skill, "
-        "%.3f with the annotator's hindsight skill of its own episode; "
-        "%.0f%% of its analyses parse", skill_eval_tasks, out["plain_success"],
-        out["skill_success"], 100 * out["parse_rate"])
+        "%.3f with the annotator's hindsight skill of its own episode; first "
+        "search where that skill says: %.0f%% without it, %.0f%% with it; "
+        "%.0f%% of its analyses parse", skill_eval_tasks,
+        out["plain_success"], out["skill_success"],
+        100 * out["plain_first_search_follows"],
+        100 * out["skill_first_search_follows"], 100 * out["parse_rate"])
   report["eval/prompts_cut"] = policy.prompts_truncated
   times["seconds/skill_eval"] = time.time() - t
   times["seconds/total"] = time.time() - t0

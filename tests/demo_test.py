@@ -118,6 +118,18 @@ def test_search_hint_names_the_place_tried():
         f"Try {action[len('go to '):]}.</think><action>{action}</action>")
 
 
+def test_first_search_follows_counts_moves_to_the_named_place():
+  seeds = [0, 1, 2, 3]
+  peeking = demo._play(seeds, lambda i, env: demo.envs.make_expert(
+      env, peek=True, noise=0.0), max_steps=12, history_length=2)
+  named = [annotators.annotate(ep)["episode_skill"] for ep in peeking]
+  # A peeking expert heads straight for the object; the annotator's skill of
+  # a success names where it was.
+  assert demo._first_search_follows(peeking, named) == (1.0, len(seeds))
+  elsewhere = [re.sub(r"\b[a-z]+ \d+\b", "nowhere 9", k) for k in named]
+  assert demo._first_search_follows(peeking, elsewhere) == (0.0, 0)
+
+
 @pytest.mark.parametrize("phrases", [True, False])
 def test_tokenizer_round_trips(records, phrases, tmp_path):
   tok = demo.demo_tokenizer(records, 512, phrases=phrases)
@@ -187,7 +199,8 @@ def test_miniature_warm_start_end_to_end():
   assert report["lm/steps"] >= 1 and report["sft/steps"] >= 1
   for key in ("seen/success", "unseen/success", "skills/plain_success",
               "skills/skill_success", "skills/parse_rate",
-              "skills/plain_valid"):
+              "skills/plain_valid", "skills/plain_first_search_follows",
+              "skills/skill_first_search_follows"):
     assert 0.0 <= report[key] <= 1.0, key
   assert report["seconds/total"] > 0
 
