@@ -160,6 +160,35 @@ def _record(prompt: str, response: str, ep: Episode, kind: str) -> Record:
               family=ep.family, success=bool(ep.success), kind=kind)
 
 
+def _relabeled(ep: Episode, skill: str, *, hint: bool) -> list[Record]:
+  """The search steps of `ep` answered as a skill follower would.
+
+  With `skill` in the prompt, a step still looking for the object (reason
+  "Find a <type>.") goes where the skill says an object of that type was, as
+  a peeking expert would from that state; steps from the first visit there
+  (or the first take) on are left out.
+  """
+  gt, t = ep.ground_truth, ep.ground_truth["object_type"]
+  places = sorted({where for obj, where in gt["start_locations"].items()
+                   if hw.kind(obj) == t
+                   and re.search(rf"\b{re.escape(where)}\b", skill)})
+  if not places:
+    return []
+  place, out = places[0], []
+  for s in ep.steps:
+    if s.action == f"go to {place}" or s.action.startswith("take "):
+      break
+    admissible = s.prompt.rsplit("admissible actions", 1)[-1]
+    if (not s.action_valid or f"Find a {t}." not in s.response
+        or f"'go to {place}'" not in admissible):
+      continue
+    why = f"Find a {t}." + (f" Try {place}." if hint else "")
+    out.append(_record(skills.build_skill_prompt(s.prompt, skill),
+                       f"<think>Task: {ep.task}. {why}</think>"
+                       f"<action>go to {place}</action>", ep, "skill"))
+  return out
+
+
 def demonstrations(*, num_tasks: int, seed: int = 0, max_steps: int = 20,
                    history_length: int = 2, noise: float = 0.2,
                    shuffle_search: bool = False, skill_fraction: float = 0.5,
@@ -167,7 +196,8 @@ def demonstrations(*, num_tasks: int, seed: int = 0, max_steps: int = 20,
                    analysis_noise: Sequence[float] = (0.2, 0.5, 0.8),
                    analysis_max_chars: int | None = 3000,
                    repeat: float = 0.1, task_offset: int = 0,
-                   search_hint: bool = False) -> list[Record]:
+                   search_hint: bool = False,
+                   skill_relabel: bool = False) -> list[Record]:
   """Warm-start records from household train-split tasks.
 
   Per task (seed s of the train split):
@@ -181,6 +211,9 @@ def demonstrations(*, num_tasks: int, seed: int = 0, max_steps: int = 20,
       the annotator's skill for the task: the hindsight skill of the imperfect
       episode when it names where the better expert finds the object, else
       that of the better expert's own episode;
+    * "skill", with `skill_relabel` (every task): the imperfect expert's
+      search steps, relabeled with its episode's hindsight skill in the
+      prompt and a move to where that skill says the object was;
     * "analysis" (`analysis_fraction` of tasks): the analysis prompt of an
       imperfect episode (noise cycling over `analysis_noise`, so failures
       appear too) -> json.dumps(annotators.annotate(episode)).
@@ -200,6 +233,7 @@ def demonstrations(*, num_tasks: int, seed: int = 0, max_steps: int = 20,
     repeat: probability of repeating the previous action (see `_scripted`).
     task_offset: first train-split seed index.
     search_hint: search steps name the place they try (see `reply`).
+    skill_relabel: add the relabeled search steps described above.
 
   Returns:
     Records (stage1.FIELDS plus "kind"), acting ones first, in task order.
@@ -232,6 +266,10 @@ def demonstrations(*, num_tasks: int, seed: int = 0, max_steps: int = 20,
       records += [_record(skills.build_skill_prompt(s.prompt, skill),
                           s.response, ep, "skill")
                   for s in ep.steps if s.action_valid]
+  if skill_relabel:
+    for ep in plain:
+      records += _relabeled(ep, annotators.annotate(ep)["episode_skill"],
+                            hint=search_hint)
   idx = sorted(analyzed)
   for j, level in enumerate(analysis_noise):
     chunk = idx[j::len(analysis_noise)]
@@ -509,7 +547,7 @@ def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
                history_length: int = 2, noise: float = 0.2,
                shuffle_search: bool = False, repeat: float = 0.1,
                skill_fraction: float = 0.5, analysis_fraction: float = 1.0,
-               search_hint: bool = False,
+               search_hint: bool = False, skill_relabel: bool = False,
                analysis_max_chars: int | None = 3000, vocab_size: int = 2048,
                model: dict[str, Any] | None = None,
                lm_epochs: int = 1, lm_tokens: int = 512,
@@ -536,6 +574,8 @@ def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
     skill_fraction, analysis_fraction: shares of tasks with a skill-following
       episode and with an analysis example.
     search_hint: demonstrated search steps name the place they try.
+    skill_relabel: relabeled skill-following search steps (see
+      `demonstrations`).
     analysis_max_chars: analysis prompt budget (the RL run's).
     vocab_size: BPE vocabulary size (the tokenizer may stop short of it).
     model: keyword arguments of `demo_model_config`.
@@ -565,6 +605,7 @@ def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
       history_length=history_length, noise=noise,
       shuffle_search=shuffle_search, repeat=repeat,
       skill_fraction=skill_fraction, search_hint=search_hint,
+      skill_relabel=skill_relabel,
       analysis_fraction=analysis_fraction,
       analysis_max_chars=analysis_max_chars)
   tokenizer = demo_tokenizer(records, vocab_size)

@@ -130,6 +130,24 @@ def test_first_search_follows_counts_moves_to_the_named_place():
   assert demo._first_search_follows(peeking, elsewhere) == (0.0, 0)
 
 
+def test_relabeled_search_steps_go_where_the_skill_says():
+  kw = dict(num_tasks=6, seed=0, max_steps=12, skill_fraction=0.0,
+            analysis_fraction=0.0, shuffle_search=True, search_hint=True)
+  base = demo.demonstrations(**kw)
+  recs = demo.demonstrations(**kw, skill_relabel=True)
+  assert recs[:len(base)] == base
+  added = recs[len(base):]
+  assert added and {r["kind"] for r in added} == {"skill"}
+  for r in added:
+    skill = r["prompt"].split("current episode:\n[", 1)[1].split("]\n")[0]
+    action = _REPLY.match(r["response"]).group(1)
+    place = action[len("go to "):]
+    assert action.startswith("go to ") and re.search(rf"\b{place}\b", skill)
+    assert f"'{action}'" in r["prompt"].rsplit("admissible actions", 1)[1]
+    assert r["response"].endswith(f"Try {place}.</think><action>{action}"
+                                  "</action>")
+
+
 @pytest.mark.parametrize("phrases", [True, False])
 def test_tokenizer_round_trips(records, phrases, tmp_path):
   tok = demo.demo_tokenizer(records, 512, phrases=phrases)
