@@ -211,8 +211,19 @@ def execute(runs: Sequence[Run], num_updates: Mapping[str, int], *,
     "interrupted", "returncode", ...}}, ...}.
   """
   os.makedirs(out, exist_ok=True)
-  status = dict(command=command, host=socket.gethostname(), pid=os.getpid(),
-                started=_now(), updated=_now(), finished=False, runs={})
+  path = os.path.join(out, STATUS)
+  earlier = _read_status(path)
+  # Provenance across invocations on one OUT (say, methods added later):
+  # every command so far, and the runs of earlier ones not planned here.
+  commands = [c for c in earlier.get("commands", []) if c != command]
+  planned = {run.name for run in runs}
+  other_runs = {k: r for k, r in {**earlier.get("other_runs", {}),
+                                  **earlier.get("runs", {})}.items()
+                if k not in planned}
+  status = dict(command=command, commands=commands + [command],
+                host=socket.gethostname(), pid=os.getpid(), started=_now(),
+                updated=_now(), finished=False, runs={},
+                other_runs=other_runs)
   queue = []
   for run in runs:
     n = num_updates[run.name]
@@ -225,7 +236,6 @@ def execute(runs: Sequence[Run], num_updates: Mapping[str, int], *,
       print(f"{run.name}: done, skipped", flush=True)
     else:
       queue.append(run)
-  path = os.path.join(out, STATUS)
   _write_json(path, status)
   active: dict[str, tuple[Run, subprocess.Popen, Any]] = {}
   env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -274,6 +284,20 @@ def execute(runs: Sequence[Run], num_updates: Mapping[str, int], *,
     raise
   status.update(finished=True, updated=_now())
   _write_json(path, status)
+  return status
+
+
+def _read_status(path: str) -> dict[str, Any]:
+  """OUT/status.json, or {} when there is none or it does not parse."""
+  try:
+    with open(path) as f:
+      status = json.load(f)
+  except (OSError, ValueError):
+    return {}
+  if not isinstance(status, dict):
+    return {}
+  if "commands" not in status and status.get("command"):
+    status["commands"] = [status["command"]]  # written before "commands"
   return status
 
 
@@ -365,13 +389,17 @@ def write_summary(out: str, md: str | None = None) -> dict[str, Any]:
     raise FileNotFoundError(f"no OUT/<method>/seed<S>/metrics.jsonl under "
                             f"{out}: no run has finished yet")
   summary = results.summarize(histories)
-  status_path = os.path.join(out, STATUS)
-  if os.path.exists(status_path):
-    with open(status_path) as f:
-      status = json.load(f)
-    summary["command"] = status.get("command")
-    summary["run_commands"] = {k: r["command"]
-                               for k, r in status["runs"].items()}
+  status = _read_status(os.path.join(out, STATUS))
+  if status:
+    summary["commands"] = status.get("commands", [])
+    runs = {**status.get("other_runs", {}), **status.get("runs", {})}
+    # Methods in the tables' order, then seeds.
+    methods = list(histories)
+    rank = lambda r: (methods.index(r["method"]) if r["method"] in methods
+                      else len(methods), r["method"], r["seed"])
+    summary["run_commands"] = {
+        k: r["command"] for k, r in sorted(runs.items(),
+                                           key=lambda kv: rank(kv[1]))}
   _write_json(os.path.join(out, "summary.json"), summary)
   for name, rows in (("summary.csv", results.final_rows(summary)),
                      ("sample_efficiency.csv",
@@ -403,8 +431,8 @@ def _provenance(summary, histories, out, md, target) -> str:
   """How the numbers were made: commands, and the raw metrics when small."""
   folder, rel = target
   lines = []
-  if summary.get("command"):
-    lines += ["", "Produced by:", "", "```bash", summary["command"],
+  if summary.get("commands"):
+    lines += ["", "Produced by:", "", "```bash", *summary["commands"],
               f"python -m seed_jax.experiments summarize --out={out} "
               f"--md={md}",
               "```", "", "Each run's command:", "", "```bash",

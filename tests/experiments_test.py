@@ -118,6 +118,20 @@ def test_run_skips_finished_runs_status_and_summary(tmp_path, capsys):
   experiments.main(["summarize", "--out", out, "--md", str(md)])
   assert md.read_text() == text
 
+  # A later invocation on the same OUT (one method): the provenance keeps
+  # both commands and every run's command.
+  assert experiments.main(argv[:4] + ["grpo"] + argv[5:]) == 0
+  status = _status(out)
+  assert list(status["runs"]) == ["grpo/seed0"]
+  assert list(status["other_runs"]) == ["seed/seed0"]
+  assert len(status["commands"]) == 2
+  experiments.main(["summarize", "--out", out, "--md", str(md)])
+  text = md.read_text()
+  for command in status["commands"]:
+    assert command in text
+  assert text.index("WORKDIR='" + os.path.join(out, "grpo", "seed0")) < (
+      text.index("WORKDIR='" + os.path.join(out, "seed", "seed0")))
+
 
 def test_a_failed_run_is_reported(tmp_path, capsys):
   out = str(tmp_path / "exp")
