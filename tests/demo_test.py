@@ -10,6 +10,7 @@ import transformers
 
 from seed_jax import annotators
 from seed_jax import demo
+from seed_jax import demonstrations
 from seed_jax import model as model_lib
 from seed_jax import skills
 from seed_jax import stage1
@@ -20,14 +21,15 @@ _REPLY = re.compile(r"^<think>[^<>]+</think><action>([^<>]+)</action>$")
 
 @pytest.fixture(scope="module")
 def records():
-  return demo.demonstrations(num_tasks=6, seed=0, max_steps=12,
+  return demonstrations.demonstrations(num_tasks=6, seed=0, max_steps=12,
                              skill_fraction=0.5, analysis_fraction=0.5)
 
 
 def test_records_have_the_stage1_fields(records):
   kinds = [r["kind"] for r in records]
-  assert set(kinds) == set(demo.KINDS)
-  assert kinds == sorted(kinds, key=demo.KINDS.index)  # act, skill, analysis
+  assert set(kinds) == set(demonstrations.KINDS)
+  # act, skill, analysis
+  assert kinds == sorted(kinds, key=demonstrations.KINDS.index)
   assert kinds.count("analysis") == 3
   for r in records:
     assert set(stage1.FIELDS) <= set(r)
@@ -74,10 +76,10 @@ def test_analysis_responses_parse(records):
 
 
 def test_demonstrations_are_deterministic(records):
-  again = demo.demonstrations(num_tasks=6, seed=0, max_steps=12,
+  again = demonstrations.demonstrations(num_tasks=6, seed=0, max_steps=12,
                               skill_fraction=0.5, analysis_fraction=0.5)
   assert again == records
-  other = demo.demonstrations(num_tasks=6, seed=1, max_steps=12,
+  other = demonstrations.demonstrations(num_tasks=6, seed=1, max_steps=12,
                               skill_fraction=0.5, analysis_fraction=0.5)
   assert other != records
 
@@ -85,29 +87,30 @@ def test_demonstrations_are_deterministic(records):
 def test_reason_follows_the_subgoal():
   world = hw.generate(2)  # a heat task
   assert world.family == "heat"
-  assert demo.reason(world) == f"Find a {world.obj_type}."
+  assert demonstrations.reason(world) == f"Find a {world.obj_type}."
   obj = world.instances(world.obj_type)[0]
   world.contents[world.where(obj)].remove(obj)
   world.holding = obj
-  assert demo.reason(world) == f"Heat the {obj} with the microwave 1."
+  assert demonstrations.reason(world) == f"Heat the {obj} with the microwave 1."
   world.states["hot"].add(obj)
-  assert demo.reason(world).startswith(f"Put the {obj} ")
+  assert demonstrations.reason(world).startswith(f"Put the {obj} ")
 
 
 def test_search_hint_names_the_place_tried():
+  reply = demonstrations.reply
   world = hw.generate(2)
-  plain = demo.reply(world, "go to cabinet 3")
-  hinted = demo.reply(world, "go to cabinet 3", hint=True)
+  plain = reply(world, "go to cabinet 3")
+  hinted = reply(world, "go to cabinet 3", hint=True)
   assert hinted == plain.replace(".</think>", ". Try cabinet 3.</think>")
   # Only search moves carry it: not other actions, nor a move while holding.
-  assert demo.reply(world, "open cabinet 3", hint=True) == demo.reply(
+  assert reply(world, "open cabinet 3", hint=True) == reply(
       world, "open cabinet 3")
   obj = world.instances(world.obj_type)[0]
   world.contents[world.where(obj)].remove(obj)
   world.holding = obj
-  assert demo.reply(world, "go to microwave 1", hint=True) == demo.reply(
+  assert reply(world, "go to microwave 1", hint=True) == reply(
       world, "go to microwave 1")
-  recs = demo.demonstrations(num_tasks=4, seed=0, max_steps=12,
+  recs = demonstrations.demonstrations(num_tasks=4, seed=0, max_steps=12,
                              skill_fraction=0.5, analysis_fraction=0.0,
                              search_hint=True)
   tried = [r for r in recs if " Try " in r["response"]]
@@ -120,8 +123,9 @@ def test_search_hint_names_the_place_tried():
 
 def test_first_search_follows_counts_moves_to_the_named_place():
   seeds = [0, 1, 2, 3]
-  peeking = demo._play(seeds, lambda i, env: demo.envs.make_expert(
-      env, peek=True, noise=0.0), max_steps=12, history_length=2)
+  peeking = demonstrations._play(
+      seeds, lambda i, env: demonstrations.envs.make_expert(
+          env, peek=True, noise=0.0), max_steps=12, history_length=2)
   named = [annotators.annotate(ep)["episode_skill"] for ep in peeking]
   # A peeking expert heads straight for the object; the annotator's skill of
   # a success names where it was.
@@ -133,8 +137,8 @@ def test_first_search_follows_counts_moves_to_the_named_place():
 def test_relabeled_search_steps_go_where_the_skill_says():
   kw = dict(num_tasks=6, seed=0, max_steps=12, skill_fraction=0.0,
             analysis_fraction=0.0, shuffle_search=True, search_hint=True)
-  base = demo.demonstrations(**kw)
-  recs = demo.demonstrations(**kw, skill_relabel=True)
+  base = demonstrations.demonstrations(**kw)
+  recs = demonstrations.demonstrations(**kw, skill_relabel=True)
   assert recs[:len(base)] == base
   added = recs[len(base):]
   assert added and {r["kind"] for r in added} == {"skill"}

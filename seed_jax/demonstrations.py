@@ -1,0 +1,265 @@
+"""Demonstrations for the demo warm start (`seed_jax.demo`).
+
+Records of household train-split tasks, in Stage 1's record format, that
+teach what an instruct model brings to SEED:
+
+  * acting (no skill): an imperfect expert — it searches without peeking and
+    sometimes takes a random admissible action — answers "<think>Task: put a
+    mug in fridge. Find a mug.</think><action>go to cabinet 1</action>";
+  * following a skill in context: the rule-based annotator's hindsight skill
+    for the task (it names where things are) sits in the prompt
+    (`skills.build_skill_prompt`), and a better expert, one that goes where
+    the skill says, answers; so a skill changes, and improves, the action;
+  * analysis: the analysis prompt of an imperfect episode answered with the
+    annotator's JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from typing import Any, Callable, Sequence
+
+import jax
+import numpy as np
+
+from seed_jax import annotators
+from seed_jax import envs
+from seed_jax import rollout as rollout_lib
+from seed_jax import skills
+from seed_jax.envs import base as envs_base
+from seed_jax.envs import household_world as hw
+from seed_jax.episodes import Episode
+
+ENV = "household"
+KINDS = ("act", "skill", "analysis")
+Record = dict[str, Any]  # stage1.FIELDS plus "kind" (one of KINDS)
+
+
+def reason(world: hw.World) -> str:
+  """The demonstrator's short reason: the current sub-goal.
+
+  Example: a heat task holding a cold mug 1 -> "Heat the mug 1 with the
+  microwave 1."; holding nothing -> "Find a mug.".
+  """
+  t, fam, held = world.obj_type, world.family, world.holding
+  if held is None or hw.kind(held) != t:
+    placed = fam == "pick_two" and any(
+        hw.kind(o) == t and hw.kind(r) == world.target_type
+        for o, r in world.moved)
+    return f"Find a {'second ' if placed else ''}{t}."
+  need = hw.PROCESSED.get(fam)
+  if need and held not in world.states[need]:
+    return f"{fam.capitalize()} the {held} with the {hw.APPLIANCE[fam]} 1."
+  if fam == "look_at_in_light":
+    return f"Look at the {held} under the desklamp."
+  prep = world.task.split(f" {t} ", 1)[1].split(" ", 1)[0]  # "in" / "on"
+  return f"Put the {held} {prep} the {world.target_type}."
+
+
+def reply(world: hw.World, action: str, *, hint: bool = False) -> str:
+  """A demonstrated response: the task restated, the sub-goal, the action.
+
+  Example: "<think>Task: put a mug in fridge. Find a mug.</think><action>go
+  to cabinet 1</action>". Restating the task is copying the prompt's task
+  line token for token, the pattern a small model learns first (induction);
+  it puts the object and the target right before the decision. With `hint`,
+  a search step names the place it tries ("Find a mug. Try cabinet 1."), so
+  that where to look is decided in the reasoning, where a skill in the
+  prompt can change it, and the action copies it.
+  """
+  why = reason(world)
+  if hint and why.startswith("Find ") and action.startswith("go to "):
+    why += f" Try {action[len('go to '):]}."
+  return (f"<think>Task: {world.task}. {why}</think>"
+          f"<action>{action}</action>")
+
+
+def _scripted(pool: envs_base.EnvPool, make_expert: Callable[[int, Any], Any],
+              *, repeat: float = 0.0, seed: int = 0,
+              hint: bool = False) -> rollout_lib.GenerateFn:
+  """A GenerateFn whose replies come from one expert per pool member.
+
+  With probability `repeat` a member repeats its previous action instead
+  (usually invalid: "go to" where it stands, "open" what is open), the slip
+  a small policy makes; the expert acts on from wherever that leaves it.
+  `rollout` asks for the members in `pool.active()` order; the experts are
+  built lazily, after the pool's reset. `hint`: see `reply`.
+  """
+  experts: dict[int, Any] = {}
+  last: dict[int, str] = {}
+  rng = random.Random(seed)
+
+  def generate(prompts: Sequence[str], key: jax.Array):
+    del key
+    active = pool.active()
+    if len(active) != len(prompts):
+      raise RuntimeError("prompts do not match the pool's active members")
+    out = []
+    for i in active:
+      if i not in experts:
+        experts[i] = make_expert(i, pool.members[i])
+      if i in last and rng.random() < repeat:
+        action = last[i]
+      else:
+        action = experts[i].act()
+      last[i] = action
+      text = reply(pool.members[i].world, action, hint=hint)
+      out.append(rollout_lib.Generation(text, [], [], []))
+    return out
+
+  return generate
+
+
+def _play(seeds: Sequence[int], make_expert: Callable[[int, Any], Any], *,
+          max_steps: int, history_length: int, repeat: float = 0.0,
+          seed: int = 0, hint: bool = False) -> list[Episode]:
+  """One expert episode per train-split seed (household, groups of one)."""
+  pool = envs_base.EnvPool(ENV, num_groups=len(seeds), group_size=1,
+                           split="train", max_steps=max_steps)
+  result = rollout_lib.rollout(
+      _scripted(pool, make_expert, repeat=repeat, seed=seed, hint=hint), pool,
+      jax.random.key(0), env_name=ENV, max_steps=max_steps,
+      history_length=history_length, group_seeds=seeds)
+  return result.episodes
+
+
+def _names_start(skill: str, episode: Episode) -> bool:
+  """Whether `skill` names where the episode's first taken goal object was."""
+  gt = episode.ground_truth
+  taken = [o for o in gt.get("taken", []) if hw.kind(o) == gt["object_type"]]
+  if not taken:
+    return False
+  where = gt["start_locations"].get(taken[0])
+  return bool(where) and re.search(rf"\b{re.escape(where)}\b", skill) is not None
+
+
+def _record(prompt: str, response: str, ep: Episode, kind: str) -> Record:
+  return dict(prompt=prompt, response=response, task=ep.task,
+              family=ep.family, success=bool(ep.success), kind=kind)
+
+
+def _relabeled(ep: Episode, skill: str, *, hint: bool) -> list[Record]:
+  """The search steps of `ep` answered as a skill follower would.
+
+  With `skill` in the prompt, a step still looking for the object (reason
+  "Find a <type>.") goes where the skill says an object of that type was, as
+  a peeking expert would from that state; steps from the first visit there
+  (or the first take) on are left out.
+  """
+  gt, t = ep.ground_truth, ep.ground_truth["object_type"]
+  places = sorted({where for obj, where in gt["start_locations"].items()
+                   if hw.kind(obj) == t
+                   and re.search(rf"\b{re.escape(where)}\b", skill)})
+  if not places:
+    return []
+  place, out = places[0], []
+  for s in ep.steps:
+    if s.action == f"go to {place}" or s.action.startswith("take "):
+      break
+    admissible = s.prompt.rsplit("admissible actions", 1)[-1]
+    if (not s.action_valid or f"Find a {t}." not in s.response
+        or f"'go to {place}'" not in admissible):
+      continue
+    why = f"Find a {t}." + (f" Try {place}." if hint else "")
+    out.append(_record(skills.build_skill_prompt(s.prompt, skill),
+                       f"<think>Task: {ep.task}. {why}</think>"
+                       f"<action>go to {place}</action>", ep, "skill"))
+  return out
+
+
+def demonstrations(*, num_tasks: int, seed: int = 0, max_steps: int = 20,
+                   history_length: int = 2, noise: float = 0.2,
+                   shuffle_search: bool = False, skill_fraction: float = 0.5,
+                   skill_noise: float = 0.0, analysis_fraction: float = 0.5,
+                   analysis_noise: Sequence[float] = (0.2, 0.5, 0.8),
+                   analysis_max_chars: int | None = 3000,
+                   repeat: float = 0.1, task_offset: int = 0,
+                   search_hint: bool = False,
+                   skill_relabel: bool = False) -> list[Record]:
+  """Warm-start records from household train-split tasks.
+
+  Per task (seed s of the train split):
+    * "act": every valid step of an imperfect expert (no peeking, `noise`,
+      and `repeat` slips whose "Nothing happens." the next prompts show, so
+      that recovering is demonstrated, never the slip) with the plain rollout
+      prompt;
+    * "skill" (the first `skill_fraction` of tasks, in a seeded order): every
+      valid step of a better expert (peeking, `skill_noise`, slips as
+      above) whose prompt carries
+      the annotator's skill for the task: the hindsight skill of the imperfect
+      episode when it names where the better expert finds the object, else
+      that of the better expert's own episode;
+    * "skill", with `skill_relabel` (every task): the imperfect expert's
+      search steps, relabeled with its episode's hindsight skill in the
+      prompt and a move to where that skill says the object was;
+    * "analysis" (`analysis_fraction` of tasks): the analysis prompt of an
+      imperfect episode (noise cycling over `analysis_noise`, so failures
+      appear too) -> json.dumps(annotators.annotate(episode)).
+
+  Args:
+    num_tasks: train-split tasks.
+    seed: seeds the experts' noise and the task subsets.
+    max_steps: turn limit of the demonstrated episodes.
+    history_length: k in the rollout prompts (use the RL run's).
+    noise: the imperfect expert's random-action probability.
+    shuffle_search: the imperfect expert searches in a random order.
+    skill_fraction: share of tasks with a skill-following episode.
+    skill_noise: the skill-following expert's random-action probability.
+    analysis_fraction: share of tasks with an analysis example.
+    analysis_noise: noise levels of the analyzed episodes, cycled.
+    analysis_max_chars: length budget of analysis prompts (RL's must match).
+    repeat: probability of repeating the previous action (see `_scripted`).
+    task_offset: first train-split seed index.
+    search_hint: search steps name the place they try (see `reply`).
+    skill_relabel: add the relabeled search steps described above.
+
+  Returns:
+    Records (stage1.FIELDS plus "kind"), acting ones first, in task order.
+  """
+  seeds = envs_base.split_seeds("train", num_tasks, start=task_offset)
+  rng = np.random.default_rng(seed)
+  order = rng.permutation(num_tasks)
+  with_skill = set(order[:round(skill_fraction * num_tasks)].tolist())
+  analyzed = set(rng.permutation(num_tasks)[
+      :round(analysis_fraction * num_tasks)].tolist())
+
+  def expert(peek, p, shuffle=False, salt=0):
+    return lambda i, env: envs.make_expert(
+        env, peek=peek, noise=p, shuffle_search=shuffle,
+        seed=seed * 1_000_003 + env.world.seed * 7 + salt)
+
+  kw = dict(max_steps=max_steps, history_length=history_length,
+            repeat=repeat, hint=search_hint)
+  plain = _play(seeds, expert(False, noise, shuffle_search), seed=seed, **kw)
+  records = [_record(s.prompt, s.response, ep, "act")
+             for ep in plain for s in ep.steps if s.action_valid]
+  idx = sorted(with_skill)
+  if idx:
+    better = _play([seeds[i] for i in idx], expert(True, skill_noise, salt=1),
+                   seed=seed + 1, **kw)
+    for i, ep in zip(idx, better):
+      skill = annotators.annotate(plain[i])["episode_skill"]
+      if not _names_start(skill, ep):
+        skill = annotators.annotate(ep)["episode_skill"]
+      records += [_record(skills.build_skill_prompt(s.prompt, skill),
+                          s.response, ep, "skill")
+                  for s in ep.steps if s.action_valid]
+  if skill_relabel:
+    for ep in plain:
+      records += _relabeled(ep, annotators.annotate(ep)["episode_skill"],
+                            hint=search_hint)
+  idx = sorted(analyzed)
+  for j, level in enumerate(analysis_noise):
+    chunk = idx[j::len(analysis_noise)]
+    if not chunk:
+      continue
+    eps = _play([seeds[i] for i in chunk],
+                expert(False, level, shuffle_search, salt=2 + j),
+                seed=seed + 2 + j, **kw)
+    for ep in eps:
+      prompt = skills.build_analysis_prompt(ep, max_chars=analysis_max_chars)
+      records.append(_record(prompt.text, json.dumps(annotators.annotate(ep)),
+                             ep, "analysis"))
+  return records
