@@ -154,10 +154,7 @@ def _first_search_follows(episodes: Sequence[Episode],
   """
   hits = total = 0
   for ep, skill in zip(episodes, member_skills):
-    gt = ep.ground_truth
-    places = {where for obj, where in gt["start_locations"].items()
-              if hw.kind(obj) == gt["object_type"]
-              and re.search(rf"\b{re.escape(where)}\b", skill)}
+    places = demos.skill_places(ep, skill)
     moves = [s.action for s in ep.steps
              if s.action_valid and s.action.startswith("go to ")]
     if places and moves:

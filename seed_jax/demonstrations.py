@@ -69,11 +69,13 @@ def reply(world: hw.World, action: str, *, hint: bool = False) -> str:
   that where to look is decided in the reasoning, where a skill in the
   prompt can change it, and the action copies it.
   """
-  why = reason(world)
+  return _reply_text(world.task, reason(world), action, hint=hint)
+
+
+def _reply_text(task: str, why: str, action: str, *, hint: bool) -> str:
   if hint and why.startswith("Find ") and action.startswith("go to "):
     why += f" Try {action[len('go to '):]}."
-  return (f"<think>Task: {world.task}. {why}</think>"
-          f"<action>{action}</action>")
+  return f"<think>Task: {task}. {why}</think><action>{action}</action>"
 
 
 def _scripted(pool: envs_base.EnvPool, make_expert: Callable[[int, Any], Any],
@@ -132,12 +134,20 @@ def _names_start(skill: str, episode: Episode) -> bool:
   if not taken:
     return False
   where = gt["start_locations"].get(taken[0])
-  return bool(where) and re.search(rf"\b{re.escape(where)}\b", skill) is not None
+  return bool(where) and bool(re.search(rf"\b{re.escape(where)}\b", skill))
 
 
 def _record(prompt: str, response: str, ep: Episode, kind: str) -> Record:
   return dict(prompt=prompt, response=response, task=ep.task,
               family=ep.family, success=bool(ep.success), kind=kind)
+
+
+def skill_places(ep: Episode, skill: str) -> list[str]:
+  """Start locations of objects of the task's type that `skill` names."""
+  gt = ep.ground_truth
+  return sorted({where for obj, where in gt["start_locations"].items()
+                 if hw.kind(obj) == gt["object_type"]
+                 and re.search(rf"\b{re.escape(where)}\b", skill)})
 
 
 def _relabeled(ep: Episode, skill: str, *, hint: bool) -> list[Record]:
@@ -148,13 +158,10 @@ def _relabeled(ep: Episode, skill: str, *, hint: bool) -> list[Record]:
   a peeking expert would from that state; steps from the first visit there
   (or the first take) on are left out.
   """
-  gt, t = ep.ground_truth, ep.ground_truth["object_type"]
-  places = sorted({where for obj, where in gt["start_locations"].items()
-                   if hw.kind(obj) == t
-                   and re.search(rf"\b{re.escape(where)}\b", skill)})
+  places = skill_places(ep, skill)
   if not places:
     return []
-  place, out = places[0], []
+  t, place, out = ep.ground_truth["object_type"], places[0], []
   for s in ep.steps:
     if s.action == f"go to {place}" or s.action.startswith("take "):
       break
@@ -162,10 +169,9 @@ def _relabeled(ep: Episode, skill: str, *, hint: bool) -> list[Record]:
     if (not s.action_valid or f"Find a {t}." not in s.response
         or f"'go to {place}'" not in admissible):
       continue
-    why = f"Find a {t}." + (f" Try {place}." if hint else "")
     out.append(_record(skills.build_skill_prompt(s.prompt, skill),
-                       f"<think>Task: {ep.task}. {why}</think>"
-                       f"<action>go to {place}</action>", ep, "skill"))
+                       _reply_text(ep.task, f"Find a {t}.", f"go to {place}",
+                                   hint=hint), ep, "skill"))
   return out
 
 

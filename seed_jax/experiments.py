@@ -393,13 +393,11 @@ def write_summary(out: str, md: str | None = None) -> dict[str, Any]:
   if status:
     summary["commands"] = status.get("commands", [])
     runs = {**status.get("other_runs", {}), **status.get("runs", {})}
-    # Methods in the tables' order, then seeds.
-    methods = list(histories)
-    rank = lambda r: (methods.index(r["method"]) if r["method"] in methods
-                      else len(methods), r["method"], r["seed"])
-    summary["run_commands"] = {
-        k: r["command"] for k, r in sorted(runs.items(),
-                                           key=lambda kv: rank(kv[1]))}
+    # The runs with numbers, in the tables' order.
+    names = [f"{m}/seed{s}" for m, by_seed in histories.items()
+             for s in by_seed]
+    summary["run_commands"] = {k: runs[k]["command"] for k in names
+                               if k in runs}
   _write_json(os.path.join(out, "summary.json"), summary)
   for name, rows in (("summary.csv", results.final_rows(summary)),
                      ("sample_efficiency.csv",
