@@ -53,6 +53,11 @@ class Stage1Config:
   learning_rate: float = 1e-5
   response_len_max: int = 256
   max_prompt_chars: int | None = None
+  # The analysis prompt must match RL's (trainer.RLConfig's fields of the
+  # same names). The rule annotator writes no critical-step skills; a
+  # teacher annotator can.
+  analysis_mode: str = "episode_only"
+  max_critical_steps: int = 3
   buckets: tuple[int, ...] = sampler_lib.DEFAULT_BUCKETS
 
 
@@ -126,6 +131,7 @@ def run_stage1(policy: Policy, cfg: Stage1Config, workdir: epath.Path, *,
       gen, env_name, num_tasks=cfg.num_tasks, group_size=cfg.group_size,
       max_steps=cfg.max_steps, annotator=annotator,
       rng=jax.random.key(seed + 1), history_length=cfg.history_length,
+      mode=cfg.analysis_mode, max_critical_steps=cfg.max_critical_steps,
       max_prompt_chars=cfg.max_prompt_chars)
   data_dir = workdir / "stage1_data"
   stage1_lib.write_dataset(records, data_dir, seed=seed, overwrite=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
+import json
 import logging
 import time
 from typing import Any, Callable, Sequence
@@ -47,6 +48,12 @@ class RLConfig:
   variant: "grpo" (no analysis, no distillation), "seed" (gated OPD loss) or
     "opid" (skill log-prob shift added to the advantage, no OPD loss).
   analyzer: "self" (the policy analyzes, greedily) or "external" (a teacher).
+  analysis_mode: "episode_only", or "episode_step": the analysis also names
+    at most `max_critical_steps` critical steps, and a sample at such a step
+    is re-scored with the critical-step block after the episode block.
+  step_advantage_weight: GiGPO's w: each sample's advantage gains w times its
+    step advantage (`advantages.gigpo_step_advantage` over the discounted
+    step rewards, gamma `step_gamma`, normalized as `adv_norm`); 0 is off.
   """
   variant: str = "seed"
   analyzer: str = "self"
@@ -59,6 +66,7 @@ class RLConfig:
   analysis_max_new_tokens: int = 160
   analysis_mode: str = "episode_only"
   analysis_max_chars: int | None = None
+  max_critical_steps: int = 3
   prompt_buckets: tuple[int, ...] = (128, 256, 384, 512, 768, 1024, 2048)
   mini_batch_size: int = 32  # rows per optimizer step
   micro_batches: int = 1
@@ -67,6 +75,8 @@ class RLConfig:
   adv_stats_over: str = "samples"
   invalid_penalty: float = 0.1
   opid_weight: float = 0.001
+  step_advantage_weight: float = 0.0
+  step_gamma: float = 0.95
   opd_coef: float = 0.01
   opd_beta: float = 5.0
   kl_coef: float = 0.01
@@ -85,10 +95,25 @@ class RLConfig:
     if self.analyzer not in ANALYZERS:
       raise ValueError(f"unknown analyzer {self.analyzer!r}; known: "
                        f"{ANALYZERS}")
+    if self.analysis_mode not in skills.MODES:
+      raise ValueError(f"unknown analysis_mode {self.analysis_mode!r}; "
+                       f"known: {skills.MODES}")
+    if self.max_critical_steps < 1:
+      raise ValueError(
+          f"max_critical_steps must be >= 1, got {self.max_critical_steps}")
+    if self.step_advantage_weight < 0 or not 0 <= self.step_gamma <= 1:
+      raise ValueError(
+          f"step_advantage_weight must be >= 0 and step_gamma in [0, 1], got "
+          f"{self.step_advantage_weight} and {self.step_gamma}")
 
   @property
   def analyzes(self) -> bool:
     return self.variant in ("seed", "opid")
+
+  @property
+  def step_skills(self) -> int:
+    """Critical-step skills asked of each analysis (0: none)."""
+    return self.max_critical_steps if self.analysis_mode == "episode_step" else 0
 
   def loss_kwargs(self) -> dict[str, Any]:
     return dict(opd_coef=self.opd_coef if self.variant == "seed" else 0,
@@ -120,6 +145,33 @@ def _in_chunks(fn: Callable[..., Any], arrays: Sequence[np.ndarray],
   return [np.concatenate(outs)]
 
 
+def _add_step_advantage(adv: np.ndarray, samples, rl: RLConfig
+                        ) -> tuple[np.ndarray, dict[str, float]]:
+  """GiGPO: A_i += w * A^S_i, steps grouped by (task group, raw observation).
+
+  A step's reward is the environment's minus `invalid_penalty` for an
+  invalid action; A^S_i normalizes its discounted return-to-go within its
+  step group (`advantages.gigpo_step_advantage`). Samples of a trajectory
+  are in step order, as `rollout.rollout` makes them.
+
+  Returns:
+    The new [N] advantages and {"step_groups_shared": the share of samples
+    whose step group has other members}.
+  """
+  rewards = np.asarray([s.reward - rl.invalid_penalty * (not s.action_valid)
+                        for s in samples], np.float32)
+  returns = adv_lib.discounted_returns(rewards, [s.traj_uid for s in samples],
+                                       gamma=rl.step_gamma)
+  keys = [(s.uid, s.observation) for s in samples]
+  step_adv = adv_lib.gigpo_step_advantage(
+      returns, [s.uid for s in samples], [s.observation for s in samples],
+      norm=rl.adv_norm)
+  counts = collections.Counter(keys)
+  shared = float(np.mean([counts[k] > 1 for k in keys])) if keys else 0.0
+  return (adv + rl.step_advantage_weight * step_adv).astype(np.float32), {
+      "step_groups_shared": shared}
+
+
 def state_shardings(tx: optax.GradientTransformation, param_shardings: Any,
                     mesh) -> ts.TrainState:
   """TrainState shardings: optimizer moments like their params, the rest
@@ -139,7 +191,7 @@ class Collected:
   """What the rollout phase of an update hands to the learning phase."""
   samples: list[rollout_lib.Sample]
   episodes: list[Any]  # Episode, indexed by traj_uid
-  skills: dict[int, str]  # traj_uid -> parsed hindsight skill
+  skills: dict[int, skills.Analysis]  # traj_uid -> parsed hindsight analysis
   metrics: dict[str, float]
 
 
@@ -193,9 +245,17 @@ class RLTrainer:
     self.env_name = env_name
     self.env_kwargs = dict(env_kwargs or {})
     self.teacher = teacher
-    if rl.analyzes and rl.analyzer == "external" and teacher is None:
-      raise ValueError("analyzer='external' needs a teacher (an "
-                       "OpenAI-compatible endpoint)")
+    if rl.analyzes and rl.analyzer == "external":
+      if teacher is None:
+        raise ValueError("analyzer='external' needs a teacher (an "
+                         "OpenAI-compatible endpoint)")
+      if (teacher.mode, teacher.max_critical_steps) != (
+          rl.analysis_mode, rl.max_critical_steps):
+        raise ValueError(
+            f"the teacher asks for analyses in mode {teacher.mode!r} with "
+            f"max_critical_steps={teacher.max_critical_steps}, the RL config "
+            f"in mode {rl.analysis_mode!r} with "
+            f"max_critical_steps={rl.max_critical_steps}; bind them alike")
     rules = rules or partitioning.DEFAULT_RULES
     self.mesh = mesh or partitioning.make_mesh((1, 1, 1), jax.devices()[:1])
     self.chunks = rollout_chunks or jax.process_count()
@@ -280,26 +340,39 @@ class RLTrainer:
 
   # -- rollout phase ----------------------------------------------------------
 
-  def _analyze(self, params, episodes, rng) -> tuple[dict[int, str], dict]:
-    """Self- or external analysis -> {traj_uid: skill}, stats."""
+  def _analyze(self, params, episodes, rng
+               ) -> tuple[dict[int, skills.Analysis], dict]:
+    """Self- or external analysis -> {traj_uid: analysis}, stats.
+
+    Critical-step skills are kept only in "episode_step" mode, at most
+    `max_critical_steps` per episode and only for steps the episode has.
+    """
     stats = skills.ParseStats()
-    found: dict[int, str] = {}
+    found: dict[int, skills.Analysis] = {}
+    k = self.rl.step_skills
     if self.rl.analyzer == "external":
       replies = self.teacher.annotate_many(episodes)
       for ep, rep in zip(episodes, replies):
         if rep and rep.get("episode_skill"):
-          found[ep.traj_uid] = rep["episode_skill"]
+          # The teacher's dict is an analysis already; parsing its JSON
+          # applies this run's step limits.
+          parsed = skills.parse_analysis(json.dumps(rep), num_steps=ep.length,
+                                         max_step_skills=k)
+          if isinstance(parsed, skills.Analysis):
+            found[ep.traj_uid] = parsed
       return found, {"analyses_parsed": len(found) / max(len(episodes), 1)}
-    built = [skills.build_analysis_prompt(ep, mode=self.rl.analysis_mode,
-                                          max_chars=self.rl.analysis_max_chars)
-             for ep in episodes]
+    built = [skills.build_analysis_prompt(
+        ep, mode=self.rl.analysis_mode,
+        max_critical_steps=self.rl.max_critical_steps,
+        max_chars=self.rl.analysis_max_chars) for ep in episodes]
     gens = self.policy.generate(params, [b.text for b in built], rng,
                                 sampler_lib.Greedy(),
                                 max_new_tokens=self.rl.analysis_max_new_tokens)
     for ep, gen in zip(episodes, gens):
-      parsed = stats.record(skills.parse_analysis(gen.text))
+      parsed = stats.record(skills.parse_analysis(
+          gen.text, num_steps=ep.length, max_step_skills=k))
       if isinstance(parsed, skills.Analysis):
-        found[ep.traj_uid] = parsed.skill
+        found[ep.traj_uid] = parsed
     return found, {"analyses_parsed": stats.rate,
                    "analysis_steps_cut": float(sum(b.steps_cut for b in built))}
 
@@ -371,20 +444,27 @@ class RLTrainer:
     adv = np.asarray(adv_lib.grpo(scores, gids, tids, num_groups=ng,
                                   num_trajs=nt, norm=rl.adv_norm,
                                   stats_over=rl.adv_stats_over))
+    step_metrics = {}
+    if rl.step_advantage_weight:
+      adv, step_metrics = _add_step_advantage(adv, samples, rl)
     arrays = rollout_lib.pad_samples(samples, pad_id=self.pad_id,
                                      prompt_buckets=rl.prompt_buckets,
                                      response_len=rl.max_new_tokens)
     # A skill that pushes its prompt past the largest bucket leaves that row
     # without distillation (counted), like an analysis that does not parse.
     limit = max(rl.prompt_buckets)
-    skill_ids, too_long = [], 0
+    skill_ids, too_long, step_rows = [], 0, 0
     for s in samples:
       ids = s.prompt_ids
       if s.traj_uid in found:
-        ids = self.policy.encode(
-            skills.build_skill_prompt(s.prompt, found[s.traj_uid]))
+        analysis = found[s.traj_uid]
+        step_skill = analysis.step_skills.get(s.step + 1)  # 1-based steps
+        ids = self.policy.encode(skills.build_skill_prompt(
+            s.prompt, analysis.skill, step_skill=step_skill))
         if len(ids) > limit:
           ids, too_long = s.prompt_ids, too_long + 1
+        else:
+          step_rows += step_skill is not None
       skill_ids.append(ids)
     analyzed = np.asarray([s.traj_uid in found and ids is not s.prompt_ids
                            for s, ids in zip(samples, skill_ids)])
@@ -421,7 +501,9 @@ class RLTrainer:
     gap = (skill_logp[:n] - old_logp[:n])[rmask & analyzed[:, None]]
     diff = np.abs(old_logp[:n] - arrays["old_logp"])[rmask]
     return batch, {
+        **step_metrics,
         "skill_prompts_too_long": float(too_long),
+        "step_skill_rows": float(step_rows),
         "logp_agreement": float(diff.mean()) if diff.size else 0.0,
         "skill_logp_gap": float(gap.mean()) if gap.size else 0.0,
         "valid_action_ratio": float(valid.mean()) if n else 0.0}

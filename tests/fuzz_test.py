@@ -206,8 +206,9 @@ def _check_found(trainer, res, found, parsed, replies):
   # What the update does next with a skill: the augmented prompt, encoded.
   for s in res.samples:
     if s.traj_uid in found:
-      augmented = skills.build_skill_prompt(s.prompt, found[s.traj_uid])
-      assert found[s.traj_uid] in augmented
+      augmented = skills.build_skill_prompt(s.prompt, found[s.traj_uid].skill)
+      assert found[s.traj_uid].skill in augmented
+      assert not found[s.traj_uid].step_skills  # "episode_only" mode
       assert trainer.policy.encode(augmented)
 
 

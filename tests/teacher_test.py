@@ -23,7 +23,8 @@ class _Stub:
   "GARBAGE": the reply content is not JSON.
   "BADBODY": the HTTP body is not JSON (every time).
   "DENY": answers 401.
-  "SLOW": waits 50 ms (to observe concurrency).
+  "SLOW": waits until two requests have been in flight at once (at most
+    1 s), then 50 ms more (to observe concurrency on a loaded machine too).
   Otherwise: a fenced JSON analysis.
   """
 
@@ -60,6 +61,9 @@ def _handler(stub):
         stub.max_in_flight = max(stub.max_in_flight, stub.in_flight)
       try:
         if "SLOW" in prompt:
+          deadline = time.monotonic() + 1.0
+          while stub.max_in_flight < 2 and time.monotonic() < deadline:
+            time.sleep(0.005)
           time.sleep(0.05)
         if self.path != "/v1/chat/completions":
           return self._send(404, {"error": "not found"})

@@ -1,0 +1,140 @@
+"""Tests for the learning phase's options in seed_jax.trainer: GiGPO step
+advantages and critical-step skills."""
+
+import json
+
+import jax
+import numpy as np
+import optax
+import pytest
+
+from seed_jax import rollout
+from seed_jax import skills
+from seed_jax import teacher as teacher_lib
+from seed_jax import testing
+from seed_jax import trainer as trainer_lib
+from seed_jax.envs import base
+
+
+def _sample(uid, traj, step, obs, reward=0.0, valid=True):
+  return rollout.Sample(prompt="p", prompt_ids=[5], response_ids=[6],
+                        old_logp=[-1.0], uid=uid, traj_uid=traj, step=step,
+                        observation=obs, action_valid=valid, reward=reward,
+                        done=False)
+
+
+def test_step_advantage_groups_equal_observations_of_one_task():
+  # Task group 7: trajectories 0 and 1 both start at "A"; 0 then reaches "B"
+  # and wins, 1 reaches "C" and acts invalidly. Task group 8 also shows "A",
+  # but it is another task: its step stays alone.
+  samples = [_sample(7, 0, 0, "A"), _sample(7, 1, 0, "A"),
+             _sample(8, 2, 0, "A", reward=0.3),
+             _sample(7, 0, 1, "B", reward=1.0),
+             _sample(7, 1, 1, "C", valid=False)]
+  rl = trainer_lib.RLConfig(step_advantage_weight=0.5, step_gamma=0.5,
+                            adv_norm="mean_norm", invalid_penalty=0.1)
+  adv, metrics = trainer_lib._add_step_advantage(
+      np.asarray([1.0, 1.0, 0.0, 1.0, 1.0], np.float32), samples, rl)
+  # Returns-to-go: trajectory 0 [0.5, 1.0], 1 [-0.05, -0.1], 2 [0.3].
+  # Step group (7, "A") = {0.5, -0.05}: mean 0.225 -> +-0.275. Singletons
+  # keep their return (mean 0), as in grpo.
+  step = np.asarray([0.275, -0.275, 0.3, 1.0, -0.1])
+  np.testing.assert_allclose(adv, np.asarray([1, 1, 0, 1, 1]) + 0.5 * step,
+                             rtol=1e-5)
+  assert metrics["step_groups_shared"] == pytest.approx(2 / 5)
+
+
+def test_step_knobs_are_checked():
+  with pytest.raises(ValueError, match="analysis_mode"):
+    trainer_lib.RLConfig(analysis_mode="steps")
+  with pytest.raises(ValueError, match="step_gamma"):
+    trainer_lib.RLConfig(step_advantage_weight=1.0, step_gamma=1.5)
+  with pytest.raises(ValueError, match="max_critical_steps"):
+    trainer_lib.RLConfig(max_critical_steps=0)
+  assert trainer_lib.RLConfig(analysis_mode="episode_step").step_skills == 3
+  assert trainer_lib.RLConfig().step_skills == 0
+
+
+@pytest.fixture(scope="module")
+def policy():
+  return testing.tiny_policy(vocab_size=400)
+
+
+def _trainer(policy, **kw):
+  rl = trainer_lib.RLConfig(num_groups=2, group_size=2, max_steps=3,
+                            max_new_tokens=8, analysis_max_new_tokens=16,
+                            prompt_buckets=(512, 1024), mini_batch_size=8,
+                            analysis_mode="episode_step",
+                            max_critical_steps=2, **kw)
+  teacher = None
+  if rl.analyzer == "external":
+    teacher = teacher_lib.OpenAITeacher("http://127.0.0.1:9/v1", "m",
+                                        mode="episode_step",
+                                        max_critical_steps=2)
+  return trainer_lib.RLTrainer(policy.config, policy.tokenizer, rl,
+                               env_name="household", tx=optax.sgd(0.0),
+                               teacher=teacher)
+
+
+def _played(trainer):
+  """Three steps of two groups x 2, every reply the same `look`."""
+  reply = "<think>x</think><action>look</action>"
+  ids = trainer.tokenizer.encode(reply, add_special_tokens=False)
+
+  def generate(prompts, rng):
+    del rng
+    return [rollout.Generation(reply, trainer.policy.encode(p), ids,
+                               [-1.0] * len(ids)) for p in prompts]
+
+  pool = base.EnvPool("household", num_groups=2, group_size=2, max_steps=3)
+  return rollout.rollout(generate, pool, jax.random.key(0),
+                         env_name="household", max_steps=3,
+                         group_seeds=[1, 2])
+
+
+def test_critical_step_skill_is_in_that_step_prompt_only(policy):
+  trainer = _trainer(policy, step_advantage_weight=1.0)
+  res = _played(trainer)
+  analysis = skills.Analysis("s", "open it first", {2: "take the mug now"})
+  c = trainer_lib.Collected(res.samples, res.episodes, {0: analysis}, {})
+  state = trainer.create_state(policy.params)
+  batch, metrics = trainer._batch(state, trainer.place_params(policy.params),
+                                  c)
+  assert metrics["step_skill_rows"] == 1
+  # Every member of a group answers `look` and so sees the same rooms.
+  assert metrics["step_groups_shared"] == 1.0
+  for i, s in enumerate(res.samples):
+    row = batch["skill_prompts"][i][batch["skill_mask"][i].astype(bool)]
+    if s.traj_uid != 0:
+      expected = s.prompt_ids
+    else:
+      step_skill = "take the mug now" if s.step == 1 else None
+      expected = trainer.policy.encode(skills.build_skill_prompt(
+          s.prompt, "open it first", step_skill=step_skill))
+    assert row.tolist() == list(expected), (s.traj_uid, s.step)
+    rm = batch["response_mask"][i].astype(bool)
+    gap = np.abs(batch["skill_logp"][i] - batch["old_logp"][i])[rm]
+    # Another prompt moves the random model's log-probs; the same one not.
+    assert (gap.max() > 1e-4) == (s.traj_uid == 0), (s.traj_uid, s.step)
+
+
+def test_external_step_skills_are_limited_to_the_run(policy):
+  trainer = _trainer(policy, analyzer="external")
+  res = _played(trainer)
+  reply = {"episode_summary": "s", "episode_skill": "k",
+           "step_skills": {"1": "a", "3": "b", "2": "c", "9": "too late"}}
+  trainer.teacher.complete_many = lambda prompts: [json.dumps(reply)] * len(
+      prompts)
+  found, _ = trainer._analyze(None, res.episodes, jax.random.key(0))
+  assert len(found) == len(res.episodes)
+  # At most max_critical_steps=2, in the reply's order, within the episode.
+  assert all(a.step_skills == {1: "a", 3: "b"} for a in found.values())
+
+
+def test_teacher_and_run_must_ask_for_the_same_analyses(policy):
+  teacher = teacher_lib.OpenAITeacher("http://127.0.0.1:9/v1", "m")
+  rl = trainer_lib.RLConfig(analyzer="external", analysis_mode="episode_step")
+  with pytest.raises(ValueError, match="teacher asks for analyses in mode"):
+    trainer_lib.RLTrainer(policy.config, policy.tokenizer, rl,
+                          env_name="household", tx=optax.sgd(0.0),
+                          teacher=teacher)
