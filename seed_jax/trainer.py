@@ -249,11 +249,12 @@ class RLTrainer:
       if teacher is None:
         raise ValueError("analyzer='external' needs a teacher (an "
                          "OpenAI-compatible endpoint)")
-      if (teacher.mode, teacher.max_critical_steps) != (
-          rl.analysis_mode, rl.max_critical_steps):
+      asked = (getattr(teacher, "mode", rl.analysis_mode),
+               getattr(teacher, "max_critical_steps", rl.max_critical_steps))
+      if asked != (rl.analysis_mode, rl.max_critical_steps):
         raise ValueError(
-            f"the teacher asks for analyses in mode {teacher.mode!r} with "
-            f"max_critical_steps={teacher.max_critical_steps}, the RL config "
+            f"the teacher asks for analyses in mode {asked[0]!r} with "
+            f"max_critical_steps={asked[1]}, the RL config "
             f"in mode {rl.analysis_mode!r} with "
             f"max_critical_steps={rl.max_critical_steps}; bind them alike")
     rules = rules or partitioning.DEFAULT_RULES
