@@ -251,7 +251,9 @@ class RLTrainer:
                          "OpenAI-compatible endpoint)")
       asked = (getattr(teacher, "mode", rl.analysis_mode),
                getattr(teacher, "max_critical_steps", rl.max_critical_steps))
-      if asked != (rl.analysis_mode, rl.max_critical_steps):
+      # K matters only when critical steps are asked for.
+      if asked[0] != rl.analysis_mode or (
+          rl.step_skills and asked[1] != rl.max_critical_steps):
         raise ValueError(
             f"the teacher asks for analyses in mode {asked[0]!r} with "
             f"max_critical_steps={asked[1]}, the RL config "
