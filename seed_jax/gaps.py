@@ -1,0 +1,165 @@
+r"""Where a skill moves the policy: the skill-minus-plain gap per token kind.
+
+  python -m seed_jax.gaps --workdir=RUN [--batches=2] [--seed=0] \
+      [--out_json=PATH]
+
+Plays `--batches` rollout batches with the run's RL settings (from the
+config.gin its training wrote) and the policy RL started from (RUN/policy),
+lets that policy analyze its own episodes greedily as a SEED update does,
+scores every analyzed sample under the ordinary and the skill-augmented
+prompt, and splits the per-token gap skill_logp - old_logp by token kind and
+by the episode's outcome. Kinds (`token_kinds`):
+  "reasoning place": the place named after "Try " in the reasoning (the
+    demo's replies name the place they search there);
+  "action place": the object of a "go to" action;
+  "other action": the rest of the text inside <action> </action>;
+  "other": reasoning, tags and everything else.
+The OPD gate of a token is sigmoid(beta * gap), so only tokens with a
+positive gap are pulled up more than average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import dataclasses
+import json
+import os
+import re
+import sys
+from typing import Any, Sequence
+
+import numpy as np
+
+KINDS = ("reasoning place", "action place", "other action", "other")
+_WORD = re.compile(r"\w")
+
+
+def token_kinds(pieces: Sequence[str]) -> list[str]:
+  """The kind (see the module docstring) of each decoded response token.
+
+  Example: ["<think>", "Try", " cabinet", " 3", ".", "</think>", "<action>",
+  "go", " to", " cabinet", " 3", "</action>"] -> "other" x 2, "reasoning
+  place" x 2, "other" x 4, "other action" x 2, "action place" x 2, "other".
+  """
+  kinds, text = [], ""
+  for piece in pieces:
+    start = len(text)
+    opened, closed = text.rfind("<action>"), text.rfind("</action>")
+    in_action = opened >= 0 and closed < opened and "<" not in piece
+    in_think = text.rfind("</think>") < 0 and opened < 0
+    tried = text.rfind("Try")
+    if in_action:
+      act = text[opened + len("<action>"):start].strip()
+      place = act.startswith("go to") and _WORD.search(piece)
+      kinds.append("action place" if place else "other action")
+    elif (in_think and tried >= 0 and "." not in text[tried:start]
+          and _WORD.search(piece) and "<" not in piece):
+      kinds.append("reasoning place")
+    else:
+      kinds.append("other")
+    text += piece
+  return kinds
+
+
+def gap_table(rows: Sequence[tuple[Sequence[str], np.ndarray, bool]], *,
+              beta: float) -> dict[str, dict[str, float]]:
+  """Statistics of the gap per (kind, outcome).
+
+  Args:
+    rows: one (kinds [L], gap [L], episode succeeded) per analyzed sample.
+    beta: the OPD gate's sharpness.
+
+  Returns:
+    {"<kind>/<success|failure>": {"tokens", "mean_gap", "above_0.5",
+     "below_-0.5", "mean_gate"}}, only for cells with tokens.
+  """
+  cells: dict[str, list[float]] = collections.defaultdict(list)
+  for kinds, gap, success in rows:
+    for kind, g in zip(kinds, np.asarray(gap, np.float64)):
+      cells[f"{kind}/{'success' if success else 'failure'}"].append(g)
+  out = {}
+  for key in sorted(cells):
+    g = np.asarray(cells[key])
+    out[key] = {"tokens": float(g.size), "mean_gap": float(g.mean()),
+                "above_0.5": float(np.mean(g > 0.5)),
+                "below_-0.5": float(np.mean(g < -0.5)),
+                "mean_gate": float(np.mean(1 / (1 + np.exp(-beta * g))))}
+  return out
+
+
+def breakdown(rl_trainer, params, rng, *, batches: int,
+              update_offset: int = 1000) -> dict[str, Any]:
+  """Rolls out, analyzes and scores `batches` batches; the `gap_table`."""
+  import jax  # pylint: disable=g-import-not-at-top
+  state = rl_trainer.create_state(params)
+  rows, parsed = [], []
+  for b in range(batches):
+    c = rl_trainer.collect(state.params, jax.random.fold_in(rng, b),
+                           update_index=update_offset + b)
+    batch, _ = rl_trainer._batch(state, None, c)  # pylint: disable=protected-access
+    parsed.append(c.metrics.get("analyses_parsed", 0.0))
+    decode = rl_trainer.tokenizer.decode
+    for i, s in enumerate(c.samples):
+      if not batch["analyzed"][i]:
+        continue
+      n = len(s.response_ids)
+      gap = batch["skill_logp"][i, :n] - batch["old_logp"][i, :n]
+      kinds = token_kinds([decode([t]) for t in s.response_ids])
+      rows.append((kinds, gap, bool(c.episodes[s.traj_uid].success)))
+  return {"batches": batches, "analyzed_samples": len(rows),
+          "analyses_parsed": float(np.mean(parsed)) if parsed else 0.0,
+          "cells": gap_table(rows, beta=rl_trainer.rl.opd_beta)}
+
+
+def main(argv=None) -> dict[str, Any]:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--workdir", required=True, help="a run's workdir")
+  parser.add_argument("--batches", type=int, default=2)
+  parser.add_argument("--seed", type=int, default=0)
+  parser.add_argument("--out_json", default=None,
+                      help="default WORKDIR/gaps.json")
+  args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+  if args.batches < 1:
+    raise SystemExit(f"error: --batches must be >= 1, got {args.batches}")
+  import jax  # pylint: disable=g-import-not-at-top
+  import optax  # pylint: disable=g-import-not-at-top
+  from etils import epath  # pylint: disable=g-import-not-at-top
+  from seed_jax import evaluate  # pylint: disable=g-import-not-at-top
+  from seed_jax import policies  # pylint: disable=g-import-not-at-top
+  from seed_jax import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
+  workdir = os.path.abspath(args.workdir)
+  folder = epath.Path(workdir) / "policy"
+  try:
+    run = evaluate._run_settings(workdir)  # pylint: disable=protected-access
+    if not (folder / "config.json").exists():
+      raise FileNotFoundError(f"{folder} holds no policy")
+  except (FileNotFoundError, ValueError) as e:
+    raise SystemExit(f"error: {e}") from e
+  policy = policies._load_folder(folder)  # pylint: disable=protected-access
+  # A SEED update's analysis and scoring, whatever the run's variant; no
+  # reference pass.
+  rl = dataclasses.replace(run["rl"], variant="seed", analyzer="self",
+                           kl_coef=0.0)
+  rl_trainer = trainer_lib.RLTrainer(
+      policy.config, policy.tokenizer, rl, env_name=run["env_name"],
+      env_kwargs=run["env_kwargs"], tx=optax.sgd(0.0))
+  report = breakdown(rl_trainer, policy.params, jax.random.key(args.seed),
+                     batches=args.batches)
+  report.update(workdir=workdir, seed=args.seed)
+  print(f"{'kind/outcome':26s} {'tokens':>7s} {'mean gap':>9s} {'> 0.5':>6s} "
+        f"{'< -0.5':>7s} {'gate':>6s}")
+  for key, c in report["cells"].items():
+    print(f"{key:26s} {c['tokens']:7.0f} {c['mean_gap']:+9.3f} "
+          f"{c['above_0.5']:6.2f} {c['below_-0.5']:7.2f} "
+          f"{c['mean_gate']:6.3f}")
+  out = args.out_json or os.path.join(workdir, "gaps.json")
+  with open(out, "w") as f:
+    json.dump(report, f, indent=1)
+  print(f"{report['analyzed_samples']} analyzed samples "
+        f"(analyses parsed {report['analyses_parsed']:.2f}); wrote {out}")
+  return report
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,43 @@
+"""Tests for seed_jax.gaps: token kinds and the gap table."""
+
+import numpy as np
+import pytest
+
+from seed_jax import gaps
+
+
+def test_token_kinds_of_a_demo_reply():
+  pieces = ["<think>", "Find", " a", " mug", ".", " Try", " cabinet", " 3",
+            ".", "</think>", "<action>", "go", " to", " cabinet", " 3",
+            "</action>"]
+  assert gaps.token_kinds(pieces) == (
+      ["other"] * 6 + ["reasoning place"] * 2 + ["other"] * 3
+      + ["other action"] * 2 + ["action place"] * 2 + ["other"])
+
+
+def test_token_kinds_outside_search_steps():
+  pieces = ["<think>", "Take", " it", ".", "</think>", "<action>", "take",
+            " mug", " 1", "</action>", "<action>", "go", " to", " x"]
+  # Only the first action counts for the env, but every action's tokens are
+  # action tokens; a "go to" place is a place wherever it is.
+  assert gaps.token_kinds(pieces) == (
+      ["other"] * 6 + ["other action"] * 3 + ["other"] * 2
+      + ["other action"] * 2 + ["action place"])
+
+
+def test_gap_table_counts_cells_and_gates():
+  rows = [(["other", "action place"], np.asarray([-1.0, 1.0]), True),
+          (["action place"], np.asarray([0.0]), False)]
+  table = gaps.gap_table(rows, beta=5.0)
+  assert set(table) == {"other/success", "action place/success",
+                        "action place/failure"}
+  cell = table["action place/success"]
+  assert cell["tokens"] == 1 and cell["mean_gap"] == 1.0
+  assert cell["above_0.5"] == 1.0 and cell["below_-0.5"] == 0.0
+  assert cell["mean_gate"] == pytest.approx(1 / (1 + np.exp(-5.0)))
+  assert table["action place/failure"]["mean_gate"] == pytest.approx(0.5)
+
+
+def test_gaps_cli_names_a_missing_run(tmp_path):
+  with pytest.raises(SystemExit, match="config.gin"):
+    gaps.main(["--workdir", str(tmp_path)])
