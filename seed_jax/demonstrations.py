@@ -134,7 +134,12 @@ def _names_start(skill: str, episode: Episode) -> bool:
   if not taken:
     return False
   where = gt["start_locations"].get(taken[0])
-  return bool(where) and bool(re.search(rf"\b{re.escape(where)}\b", skill))
+  return bool(where) and _names(skill, where)
+
+
+def _names(skill: str, place: str) -> bool:
+  """Whether `skill` names `place` ("cabinet 1" but not "cabinet 10")."""
+  return re.search(rf"\b{re.escape(place)}\b", skill) is not None
 
 
 def _record(prompt: str, response: str, ep: Episode, kind: str) -> Record:
@@ -146,8 +151,7 @@ def skill_places(ep: Episode, skill: str) -> list[str]:
   """Start locations of objects of the task's type that `skill` names."""
   gt = ep.ground_truth
   return sorted({where for obj, where in gt["start_locations"].items()
-                 if hw.kind(obj) == gt["object_type"]
-                 and re.search(rf"\b{re.escape(where)}\b", skill)})
+                 if hw.kind(obj) == gt["object_type"] and _names(skill, where)})
 
 
 def _relabeled(ep: Episode, skill: str, *, hint: bool) -> list[Record]:

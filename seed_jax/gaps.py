@@ -90,8 +90,16 @@ def gap_table(rows: Sequence[tuple[Sequence[str], np.ndarray, bool]], *,
 
 def breakdown(rl_trainer, params, rng, *, batches: int,
               update_offset: int = 1000) -> dict[str, Any]:
-  """Rolls out, analyzes and scores `batches` batches; the `gap_table`."""
+  """Rolls out, analyzes and scores `batches` batches; the `gap_table`.
+
+  `rl_trainer.rl` must analyze (variant "seed" or "opid") and have
+  kl_coef = 0: no reference pass is made.
+  """
   import jax  # pylint: disable=g-import-not-at-top
+  if not rl_trainer.rl.analyzes or rl_trainer.rl.kl_coef:
+    raise ValueError("gaps need a trainer whose RL config analyzes and has "
+                     f"kl_coef=0, got variant={rl_trainer.rl.variant!r}, "
+                     f"kl_coef={rl_trainer.rl.kl_coef}")
   state = rl_trainer.create_state(params)
   rows, parsed = [], []
   for b in range(batches):

@@ -162,12 +162,13 @@ def _add_step_advantage(adv: np.ndarray, samples, rl: RLConfig
                         for s in samples], np.float32)
   returns = adv_lib.discounted_returns(rewards, [s.traj_uid for s in samples],
                                        gamma=rl.step_gamma)
-  keys = [(s.uid, s.observation) for s in samples]
-  step_adv = adv_lib.gigpo_step_advantage(
-      returns, [s.uid for s in samples], [s.observation for s in samples],
-      norm=rl.adv_norm)
-  counts = collections.Counter(keys)
-  shared = float(np.mean([counts[k] > 1 for k in keys])) if keys else 0.0
+  uids = [s.uid for s in samples]
+  observations = [s.observation for s in samples]
+  step_adv = adv_lib.gigpo_step_advantage(returns, uids, observations,
+                                          norm=rl.adv_norm)
+  counts = collections.Counter(zip(uids, observations))
+  shared = float(np.mean([counts[k] > 1 for k in zip(uids, observations)])
+                 ) if samples else 0.0
   return (adv + rl.step_advantage_weight * step_adv).astype(np.float32), {
       "step_groups_shared": shared}
 
@@ -249,14 +250,12 @@ class RLTrainer:
       if teacher is None:
         raise ValueError("analyzer='external' needs a teacher (an "
                          "OpenAI-compatible endpoint)")
-      asked = (getattr(teacher, "mode", rl.analysis_mode),
-               getattr(teacher, "max_critical_steps", rl.max_critical_steps))
       # K matters only when critical steps are asked for.
-      if asked[0] != rl.analysis_mode or (
-          rl.step_skills and asked[1] != rl.max_critical_steps):
+      if teacher.mode != rl.analysis_mode or (
+          rl.step_skills and teacher.max_critical_steps != rl.max_critical_steps):
         raise ValueError(
-            f"the teacher asks for analyses in mode {asked[0]!r} with "
-            f"max_critical_steps={asked[1]}, the RL config "
+            f"the teacher asks for analyses in mode {teacher.mode!r} with "
+            f"max_critical_steps={teacher.max_critical_steps}, the RL config "
             f"in mode {rl.analysis_mode!r} with "
             f"max_critical_steps={rl.max_critical_steps}; bind them alike")
     rules = rules or partitioning.DEFAULT_RULES

@@ -1,9 +1,12 @@
 """Tests for seed_jax.gaps: token kinds and the gap table."""
 
+import types
+
 import numpy as np
 import pytest
 
 from seed_jax import gaps
+from seed_jax import trainer as trainer_lib
 
 
 def test_token_kinds_of_a_demo_reply():
@@ -36,6 +39,16 @@ def test_gap_table_counts_cells_and_gates():
   assert cell["above_0.5"] == 1.0 and cell["below_-0.5"] == 0.0
   assert cell["mean_gate"] == pytest.approx(1 / (1 + np.exp(-5.0)))
   assert table["action place/failure"]["mean_gate"] == pytest.approx(0.5)
+
+
+def test_breakdown_needs_an_analyzing_trainer_without_reference():
+  rl = trainer_lib.RLConfig(variant="grpo", kl_coef=0.0)
+  fake = types.SimpleNamespace(rl=rl)
+  with pytest.raises(ValueError, match="analyzes and has kl_coef=0"):
+    gaps.breakdown(fake, None, None, batches=1)
+  fake.rl = trainer_lib.RLConfig(variant="seed")  # kl_coef 0.01
+  with pytest.raises(ValueError, match="kl_coef=0.01"):
+    gaps.breakdown(fake, None, None, batches=1)
 
 
 def test_gaps_cli_names_a_missing_run(tmp_path):
