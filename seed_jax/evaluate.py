@@ -1,6 +1,7 @@
 r"""Scores a training run's checkpoint on the seen and unseen splits, no skills.
 
   python -m seed_jax.evaluate --workdir=RUN                # latest checkpoint
+  python -m seed_jax.evaluate --workdir=RUN --step=0       # starting policy
   python -m seed_jax.evaluate --workdir=RUN --step=40 --num_tasks=128 \
       --out_json=eval40.json --out_csv=eval40.csv
 
@@ -11,7 +12,9 @@ configured policy function), the weights from the checkpoint. Checkpoints are
 opened read-only, so a run that is still training can be evaluated. With
 `--seed` equal to the run's seed and its `eval_tasks` and
 `eval_temperature`, the numbers are those of the run's own evaluation at
-that update (same tasks, same sampling keys).
+that update (same tasks, same sampling keys). Update 0, the policy the run
+started from, is never saved as a checkpoint of its own: every checkpoint
+keeps it as the KL reference, and `--step=0` scores that.
 
 Writes JSON (every metric, named as in the run's metrics.jsonl:
 "eval/seen/success", "eval/unseen/success/<family>", ...) and CSV (split,
@@ -64,14 +67,14 @@ def checkpoint_steps(workdir: epath.PathLike) -> list[int]:
 
 
 def pick_step(steps: Sequence[int], step: int | None) -> int:
-  """`step`, or the latest of `steps` when None.
+  """`step`, or the latest of `steps` when None; 0 (the start) is always there.
 
   Raises:
     ValueError: when `step` is not among `steps` (the message lists them).
   """
   if step is None:
     return max(steps)
-  if step not in steps:
+  if step != 0 and step not in steps:
     raise ValueError(f"no checkpoint of update {step}; the saved updates are "
                      f"{sorted(steps)}")
   return step
@@ -144,7 +147,9 @@ def evaluate_run(workdir: epath.PathLike, *,
     rl, tx, env_name, env_kwargs, mesh: the run's RL config, optimizer (its
       state's structure is the restore target), environment and mesh
       (None: one device).
-    step: the update to evaluate; None for the latest checkpoint.
+    step: the update to evaluate; None for the latest checkpoint; 0 for the
+      starting policy (the reference params of the latest checkpoint, when
+      no checkpoint of update 0 was saved).
     num_tasks: tasks per split.
     temperature: sampling temperature.
     max_steps, history_length: episode length and history turns in the
@@ -157,17 +162,27 @@ def evaluate_run(workdir: epath.PathLike, *,
 
   Raises:
     FileNotFoundError: no workdir, no checkpoint; ValueError: a step that
-      was not saved, a checkpoint of another model.
+      was not saved, a checkpoint of another model, a start asked of
+      checkpoints that keep no reference.
   """
   workdir = epath.Path(os.path.abspath(os.fspath(workdir)))
-  step = pick_step(checkpoint_steps(workdir), step)
+  saved = checkpoint_steps(workdir)
+  step = pick_step(saved, step)
+  from_reference = step not in saved  # the start, kept as the reference
+  ckpt_step = max(saved) if from_reference else step
   config, tokenizer = load_policy(workdir, policy_fn, seed=run_seed)
   rl_trainer = trainer_lib.RLTrainer(config, tokenizer, rl, env_name=env_name,
                                      tx=tx, mesh=mesh, env_kwargs=env_kwargs)
   with checkpoints.Checkpointer(workdir, model_config=config,
                                 read_only=True) as ckpt:
-    restored = ckpt.restore(step, rl_trainer.abstract_state())
-  params = rl_trainer.local_params(restored.state.params)
+    restored = ckpt.restore(
+        ckpt_step, rl_trainer.abstract_state(),
+        rl_trainer.abstract_params() if from_reference else None)
+  if from_reference and restored.reference is None:
+    raise ValueError(f"the checkpoint of update {ckpt_step} keeps no reference "
+                     "params, so the starting policy cannot be read from it")
+  params = rl_trainer.local_params(
+      restored.reference if from_reference else restored.state.params)
   settings = dict(
       env_name=env_name, num_tasks=int(num_tasks),
       temperature=float(temperature),
@@ -253,7 +268,8 @@ def parse_flags(argv):
       "splits, per task family, with no skills in the prompt.")
   parser.add_argument("--workdir", required=True, help="the run's workdir")
   parser.add_argument("--step", type=int, default=None,
-                      help="the update to evaluate (default: the latest)")
+                      help="the update to evaluate (default: the latest; "
+                      "0: the policy the run started from)")
   parser.add_argument("--num_tasks", type=int, default=64,
                       help="tasks per split")
   parser.add_argument("--temperature", type=float, default=0.4)

@@ -1,6 +1,7 @@
 """`python -m seed_jax.evaluate` on a tiny training run, and its bad inputs."""
 
 import csv
+import dataclasses
 import json
 import os
 import shutil
@@ -11,6 +12,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
+from seed_jax import checkpoints
 from seed_jax import evaluate
 from seed_jax import hf
 from seed_jax import testing
@@ -76,6 +78,31 @@ def test_reproduces_the_runs_own_evaluation(run_dir, tmp_path, monkeypatch):
   assert families == ["all", "cool", "heat"]
   assert sum(int(r["tasks"]) for r in table
              if r["split"] == "unseen" and r["family"] != "all") == 2
+
+
+def test_step_zero_is_the_starting_policy(run_dir, tmp_path, monkeypatch):
+  """No checkpoint of update 0 exists; the reference every one keeps is it."""
+  scored = []
+  real_score = evaluate.score
+  monkeypatch.setattr(evaluate, "score", lambda policy, params, **kw: (
+      scored.append(params) or real_score(policy, params, **kw)))
+  report = evaluate.main(["--workdir", run_dir, "--step", "0",
+                          "--num_tasks", "2",
+                          "--out_json", str(tmp_path / "e.json"),
+                          "--out_csv", str(tmp_path / "e.csv")])
+  assert report["step"] == 0
+  _assert_tree_equal(scored[0], testing.tiny_policy(seed=0).params)
+  want = {k: v for k, v in _history(run_dir)[0].items()
+          if k.startswith("eval/")}
+  assert want and report["metrics"] == want
+
+  # A checkpoint saved without reference params cannot give the start.
+  real_restore = checkpoints.Checkpointer.restore
+  monkeypatch.setattr(
+      checkpoints.Checkpointer, "restore", lambda self, *a, **kw:
+      dataclasses.replace(real_restore(self, *a, **kw), reference=None))
+  with pytest.raises(ValueError, match="update 2 keeps no reference params"):
+    evaluate.main(["--workdir", run_dir, "--step", "0", "--num_tasks", "2"])
 
 
 def test_a_policy_folder_and_an_earlier_step(run_dir, tmp_path):
