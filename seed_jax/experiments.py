@@ -30,6 +30,17 @@ curves `OUT/success_vs_{updates,env_steps}.png` (see `seed_jax.results`);
 with `--md=PATH` also a Markdown section in PATH (between markers, so the
 rest of the file is kept) with its images, and the raw metrics when small,
 in the folder PATH without its suffix (docs/results.md -> docs/results/).
+
+`evaluate` scores every run again, its start (update 0) and its last
+checkpoint, on `--num_tasks` tasks per split with one evaluation seed, so
+that every run meets the same tasks and sampling keys (the runs' own
+evaluations are small and differ by seed). Each report is kept in
+`RUN/eval/step_<N>_tasks<K>_seed<S>_temp<T>.json` and reused, so an
+interrupted rescoring resumes; the table goes to `OUT/rescored.{json,md}`
+and, with `--md=PATH`, to its own section of PATH:
+
+  python -m seed_jax.experiments evaluate --out=runs/evidence \
+      --num_tasks=256 --md=docs/results.md
 """
 
 from __future__ import annotations
@@ -65,6 +76,8 @@ STATUS = "status.json"
 LOG = "log.txt"
 BEGIN = "<!-- seed_jax.experiments summarize: begin -->"
 END = "<!-- seed_jax.experiments summarize: end -->"
+RESCORED_BEGIN = "<!-- seed_jax.experiments evaluate: begin -->"
+RESCORED_END = "<!-- seed_jax.experiments evaluate: end -->"
 RAW_LIMIT = 2 << 20  # copy the runs' metrics.jsonl next to the md below this
 
 
@@ -344,37 +357,46 @@ def status_report(out: str) -> str:
   return "\n".join(lines)
 
 
-def load_histories(out: str) -> dict[str, dict[int, list[dict[str, Any]]]]:
-  """{method: {seed: records}} of every OUT/<method>/seed<S>/metrics.jsonl.
+def run_dirs(out: str) -> dict[str, dict[int, str]]:
+  """{method: {seed: workdir}} of every OUT/<method>/seed<S> folder.
 
-  Methods come in `METHODS` order, then any others by name.
+  Methods come in `METHODS` order, then any others by name; seeds ascending.
   """
   found = {}
   names = sorted(os.listdir(out)) if os.path.isdir(out) else []
   order = [m for m in METHODS if m in names] + [m for m in names
                                                 if m not in METHODS]
   for m in order:
-    runs = {}
     folder = os.path.join(out, m)
     if not os.path.isdir(folder):
       continue
-    for d in sorted(os.listdir(folder)):
-      if d.startswith("seed") and d[4:].isdigit():
-        history = read_history(os.path.join(folder, d))
-        if history:
-          runs[int(d[4:])] = history
-    if runs:
-      found[m] = dict(sorted(runs.items()))
+    seeds = sorted(int(d[4:]) for d in os.listdir(folder)
+                   if d.startswith("seed") and d[4:].isdigit())
+    if seeds:
+      found[m] = {s: os.path.join(folder, f"seed{s}") for s in seeds}
   return found
 
 
-def replace_section(text: str, section: str) -> str:
-  """`text` with the part between BEGIN and END replaced by `section`
+def load_histories(out: str) -> dict[str, dict[int, list[dict[str, Any]]]]:
+  """{method: {seed: records}} of every OUT/<method>/seed<S>/metrics.jsonl
+  (in `run_dirs` order; runs without records are left out)."""
+  found = {}
+  for m, by_seed in run_dirs(out).items():
+    runs = {s: h for s, h in ((s, read_history(w)) for s, w in
+                              by_seed.items()) if h}
+    if runs:
+      found[m] = runs
+  return found
+
+
+def replace_section(text: str, section: str, *, begin: str = BEGIN,
+                    end: str = END) -> str:
+  """`text` with the part between `begin` and `end` replaced by `section`
   (appended, with the markers, when there is none)."""
-  block = f"{BEGIN}\n{section.rstrip()}\n{END}\n"
-  if BEGIN in text and END in text:
-    head, rest = text.split(BEGIN, 1)
-    return head + block + rest.split(END, 1)[1].lstrip("\n")
+  block = f"{begin}\n{section.rstrip()}\n{end}\n"
+  if begin in text and end in text:
+    head, rest = text.split(begin, 1)
+    return head + block + rest.split(end, 1)[1].lstrip("\n")
   return (text.rstrip() + "\n\n" if text.strip() else "") + block
 
 
@@ -425,6 +447,67 @@ def write_summary(out: str, md: str | None = None) -> dict[str, Any]:
   return summary
 
 
+def rescore(out: str, *, num_tasks: int = 256, seed: int = 12345,
+            temperature: float = 0.4, md: str | None = None,
+            command: str = "") -> dict[str, Any]:
+  """Scores every run's start and last checkpoint on common tasks.
+
+  Args:
+    out: the experiment folder (OUT/<method>/seed<S> runs with checkpoints).
+    num_tasks, seed, temperature: the evaluation, the same for every run.
+    md: also write the table as a section of this Markdown file.
+    command: the command line, recorded with the table.
+
+  Returns:
+    `results.rescored` of the reports.
+
+  Raises:
+    FileNotFoundError: when OUT holds no run with a checkpoint.
+  """
+  from seed_jax import evaluate  # pylint: disable=g-import-not-at-top
+  reports = {}
+  for m, by_seed in run_dirs(out).items():
+    for s, workdir in by_seed.items():
+      try:
+        last = max(evaluate.checkpoint_steps(workdir))
+      except FileNotFoundError:
+        continue  # not started, or no checkpoint yet
+      pair = reports.setdefault(m, {}).setdefault(s, {})
+      for which, step in (("start", 0), ("final", last)):
+        path = os.path.join(workdir, "eval", f"step_{step}_tasks{num_tasks}_"
+                            f"seed{seed}_temp{temperature:g}.json")
+        if not os.path.exists(path):
+          print(f"{m}/seed{s}: scoring update {step} ({which}) on "
+                f"{num_tasks} tasks per split", flush=True)
+          partial = path[:-len(".json")] + ".partial.json"
+          evaluate.main(["--workdir", workdir, "--step", str(step),
+                         "--num_tasks", str(num_tasks), "--seed", str(seed),
+                         "--temperature", str(temperature),
+                         "--out_json", partial,
+                         "--out_csv", path[:-len(".json")] + ".csv"])
+          os.replace(partial, path)
+        with open(path) as f:
+          pair[which] = json.load(f)
+  if not reports:
+    raise FileNotFoundError(f"no OUT/<method>/seed<S> run under {out} has a "
+                            "checkpoint yet")
+  summary = results.rescored(reports)
+  summary["command"] = command
+  _write_json(os.path.join(out, "rescored.json"), summary)
+  text = results.rescored_markdown(summary)
+  if command:
+    text += f"\nProduced by:\n\n```bash\n{command}\n```\n"
+  with open(os.path.join(out, "rescored.md"), "w") as f:
+    f.write(text)
+  if md:
+    old = epath.Path(md).read_text() if os.path.exists(md) else ""
+    os.makedirs(os.path.dirname(os.path.abspath(md)), exist_ok=True)
+    with open(md, "w") as f:
+      f.write(replace_section(old, text, begin=RESCORED_BEGIN,
+                              end=RESCORED_END))
+  return summary
+
+
 def _provenance(summary, histories, out, md, target) -> str:
   """How the numbers were made: commands, and the raw metrics when small."""
   folder, rel = target
@@ -462,7 +545,7 @@ def _ints(text: str) -> list[int]:
 def parse_flags(argv):
   parser = argparse.ArgumentParser(
       description="GRPO, SEED and ablations over seeds: run (resumable), "
-      "status, summarize.")
+      "status, summarize, evaluate (every run again on common tasks).")
   sub = parser.add_subparsers(dest="command", required=True)
   run = sub.add_parser("run", help="start or resume every run")
   run.add_argument("--out", required=True)
@@ -484,6 +567,16 @@ def parse_flags(argv):
   summ.add_argument("--md", default=None,
                     help="also write a Markdown section here (e.g. "
                     "docs/results.md), images in its folder docs/results/")
+  ev = sub.add_parser("evaluate", help="score every run's start and last "
+                      "checkpoint on the same tasks (resumable)")
+  ev.add_argument("--out", required=True)
+  ev.add_argument("--num_tasks", type=int, default=256,
+                  help="tasks per split")
+  ev.add_argument("--seed", type=int, default=12345,
+                  help="the evaluation seed (tasks and sampling keys)")
+  ev.add_argument("--temperature", type=float, default=0.4)
+  ev.add_argument("--md", default=None,
+                  help="also write the table as a section of this file")
   known, rest = parser.parse_known_args(argv)
   for arg in rest:
     if known.command == "run" and arg.startswith("--gin.") and "=" in arg:
@@ -503,6 +596,18 @@ def main(argv=None) -> int:
     if args.command == "summarize":
       summary = write_summary(args.out, args.md)
       print(results.markdown(summary, image_dir=None))
+      return 0
+    if args.command == "evaluate":
+      if args.num_tasks < 1:
+        raise ValueError(f"--num_tasks must be at least 1, got "
+                         f"{args.num_tasks}")
+      # pylint: disable-next=protected-access
+      command = " ".join(sweep._quote(w) for w in
+                         ["python", "-m", "seed_jax.experiments", *argv])
+      summary = rescore(args.out, num_tasks=args.num_tasks, seed=args.seed,
+                        temperature=args.temperature, md=args.md,
+                        command=command)
+      print(results.rescored_markdown(summary))
       return 0
     runs = plan(args.out, methods=args.methods.split(","), seeds=args.seeds,
                 gin_files=args.gin_file or [DEFAULT_GIN], bindings=args.gin)

@@ -182,6 +182,116 @@ def summarize(histories: Histories, *,
   return out
 
 
+def rescored(reports: Mapping[str, Mapping[int, Mapping[str, Mapping[
+    str, Any]]]], *, baseline: str | None = None) -> dict[str, Any]:
+  """Start and final success of every run, scored again on common tasks.
+
+  Args:
+    reports: {method: {seed: {"start" | "final": a `seed_jax.evaluate`
+      report}}}, every report on the same tasks and sampling keys.
+    baseline: the method the paired differences are taken against (default
+      "grpo" when present, else none).
+
+  Returns:
+    A JSON-serializable dict:
+      "methods": [method, ...], "num_tasks", "seed", "temperature"
+      "steps": {method: {seed: {"start": 0, "final": update}}}
+      "success": {method: {"start" | "final": {split: {"all" | family:
+                  mean_std}}}}
+      "paired": {method: {split: mean_std over the seeds both methods ran
+                 of final(method) - final(baseline)}} (baseline left out)
+      "baseline": the baseline method or None
+
+  Raises:
+    ValueError: when the reports do not share tasks and sampling keys.
+  """
+  settings = {(r["num_tasks"], r["seed"], r["temperature"])
+              for by_seed in reports.values() for pair in by_seed.values()
+              for r in pair.values()}
+  if len(settings) > 1:
+    raise ValueError(f"the reports were scored with different (num_tasks, "
+                     f"seed, temperature): {sorted(settings)}")
+  (num_tasks, seed, temperature), = settings or {(None, None, None)}
+  if baseline is None and "grpo" in reports:
+    baseline = "grpo"
+  out = dict(methods=list(reports), num_tasks=num_tasks, seed=seed,
+             temperature=temperature, baseline=baseline, steps={},
+             success={}, paired={})
+  finals = {}
+  for m, by_seed in reports.items():
+    out["steps"][m] = {str(s): {k: r["step"] for k, r in pair.items()}
+                       for s, pair in by_seed.items()}
+    out["success"][m] = {}
+    for which in ("start", "final"):
+      got = [pair[which]["metrics"] for pair in by_seed.values()
+             if which in pair]
+      out["success"][m][which] = {}
+      for split in SPLITS:
+        prefix = f"eval/{split}/success"
+        fams = sorted({k[len(prefix) + 1:] for g in got for k in g
+                       if k.startswith(prefix + "/")})
+        out["success"][m][which][split] = {
+            fam: mean_std([g[prefix + suffix] for g in got
+                           if prefix + suffix in g])
+            for fam, suffix in [("all", "")] + [(f, "/" + f) for f in fams]}
+    finals[m] = {s: pair["final"]["metrics"] for s, pair in by_seed.items()
+                 if "final" in pair}
+  for m in reports:
+    if baseline is None or m == baseline or baseline not in finals:
+      continue
+    both = sorted(set(finals[m]) & set(finals[baseline]))
+    out["paired"][m] = {split: mean_std(
+        [finals[m][s][f"eval/{split}/success"] -
+         finals[baseline][s][f"eval/{split}/success"] for s in both])
+                        for split in SPLITS}
+  return out
+
+
+def rescored_markdown(summary: Mapping[str, Any]) -> str:
+  """`rescored`'s tables as Markdown: overall, then per family (final)."""
+  methods = summary["methods"]
+  base = summary["baseline"]
+  succ = summary["success"]
+  lines = [f"Success in percent on {summary['num_tasks']} tasks per split, "
+           "the same tasks and sampling keys for every run (evaluation "
+           f"seed {summary['seed']}, temperature {summary['temperature']}), "
+           "mean ± sample std over seeds. Start: the policy the run began "
+           "RL from (after Stage 1 where the method has one); final: its "
+           "last checkpoint.", ""]
+  header = ["method", "seeds", "start seen", "final seen", "start unseen",
+            "final unseen"]
+  if summary["paired"]:
+    header += [f"final − {base}, seen", f"final − {base}, unseen"]
+  rows = []
+  for m in methods:
+    row = [m, str(len(summary["steps"][m]))]
+    for split in SPLITS:
+      row += [pct(succ[m][w][split]["all"]) for w in ("start", "final")]
+    if summary["paired"]:
+      row += [_points(summary["paired"].get(m, {}).get(split))
+              for split in SPLITS]
+    rows.append(row)
+  lines += _table(header, rows)
+  if summary["paired"]:
+    lines += ["", f"The differences to {base} are paired by seed (the same "
+              "seed starts from the same warm start) and given in points."]
+  for split in SPLITS:
+    fams = list(dict.fromkeys(f for m in methods
+                              for f in succ[m]["final"][split]))
+    lines += ["", f"**Final, {split} tasks, per family**", ""]
+    lines += _table(["family", *methods],
+                    [[f, *(pct(succ[m]["final"][split].get(f))
+                           for m in methods)] for f in fams])
+  return "\n".join(lines) + "\n"
+
+
+def _points(stats):
+  """A difference of rates in points: "+6.2 ± 3.1"; "-" when missing."""
+  if not stats or stats.get("mean") is None:
+    return "-"
+  return f"{100 * stats['mean']:+.1f} ± {100 * stats['std']:.1f}"
+
+
 # -- tables -------------------------------------------------------------------
 
 

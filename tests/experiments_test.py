@@ -64,7 +64,8 @@ def test_dry_run_prints_the_commands(tmp_path, capsys):
                       "--gin", "trainer.RLConfig.opd_coeff=0.0"])
 
 
-def test_run_skips_finished_runs_status_and_summary(tmp_path, capsys):
+def test_run_skips_finished_runs_status_and_summary(tmp_path, capsys,
+                                                   monkeypatch):
   out = str(tmp_path / "exp")
   argv = ["run", "--out", out, "--methods", "grpo,seed", "--seeds", "0",
           "--gin_file", TINY, "--parallel", "2"]
@@ -131,6 +132,43 @@ def test_run_skips_finished_runs_status_and_summary(tmp_path, capsys):
     assert command in text
   assert text.index("WORKDIR='" + os.path.join(out, "grpo", "seed0")) < (
       text.index("WORKDIR='" + os.path.join(out, "seed", "seed0")))
+
+  # Every run's start and last checkpoint scored again. With the runs' own
+  # seed, task count and temperature, the numbers are their evaluations at
+  # updates 0 and 2.
+  argv = ["evaluate", "--out", out, "--num_tasks", "2", "--seed", "0",
+          "--md", str(md)]
+  assert experiments.main(argv) == 0
+  rescored = json.load(open(os.path.join(out, "rescored.json")))
+  assert rescored["methods"] == ["grpo", "seed"]
+  assert rescored["baseline"] == "grpo" and rescored["num_tasks"] == 2
+  finals = {}
+  for m in ("grpo", "seed"):
+    assert rescored["steps"][m] == {"0": {"start": 0, "final": 2}}
+    history = {r["update"]: r for r in experiments.read_history(
+        os.path.join(out, m, "seed0"))}
+    for which, update in (("start", 0), ("final", 2)):
+      for split in ("seen", "unseen"):
+        assert rescored["success"][m][which][split]["all"]["values"] == [
+            history[update][f"eval/{split}/success"]], (m, which, split)
+    finals[m] = history[2]["eval/unseen/success"]
+    assert os.path.exists(os.path.join(
+        out, m, "seed0", "eval", "step_2_tasks2_seed0_temp0.4.csv"))
+  assert rescored["paired"]["seed"]["unseen"]["values"] == [
+      finals["seed"] - finals["grpo"]]
+  text = md.read_text()
+  assert experiments.RESCORED_BEGIN in text and experiments.BEGIN in text
+  assert "final − grpo, unseen" in text and " ".join(
+      ["python", "-m", "seed_jax.experiments", *argv]) in text
+  # Again: the kept reports are reused, nothing is scored a second time.
+  from seed_jax import evaluate  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(evaluate, "main", lambda argv: pytest.fail("scored"))
+  assert experiments.main(argv) == 0
+  assert md.read_text() == text
+  with pytest.raises(SystemExit, match="--num_tasks must be at least 1"):
+    experiments.main(["evaluate", "--out", out, "--num_tasks", "0"])
+  with pytest.raises(SystemExit, match="has a checkpoint yet"):
+    experiments.main(["evaluate", "--out", str(tmp_path / "empty")])
 
 
 def test_a_failed_run_is_reported(tmp_path, capsys):

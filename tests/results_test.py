@@ -149,3 +149,44 @@ def test_plot_curves(summary, tmp_path):
     path = tmp_path / f"{x}.png"
     results.plot_curves(summary, str(path), x=x)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _report(step, seen, unseen, *, num_tasks=4, seed=9):
+  return dict(step=step, num_tasks=num_tasks, seed=seed, temperature=0.4,
+              metrics={"eval/seen/success": seen,
+                       "eval/unseen/success": unseen,
+                       "eval/unseen/success/heat": unseen / 2})
+
+
+def test_rescored_pairs_seeds_against_grpo():
+  reports = {
+      "grpo": {0: {"start": _report(0, 0.25, 0.25),
+                   "final": _report(10, 0.5, 0.25)},
+               1: {"start": _report(0, 0.0, 0.25),
+                   "final": _report(10, 0.25, 0.5)}},
+      "seed": {0: {"start": _report(0, 0.25, 0.0),
+                   "final": _report(9, 0.75, 0.75)},
+               2: {"start": _report(0, 0.5, 0.5),
+                   "final": _report(10, 1.0, 1.0)}},
+  }
+  out = results.rescored(reports)
+  assert out["baseline"] == "grpo" and out["methods"] == ["grpo", "seed"]
+  assert (out["num_tasks"], out["seed"], out["temperature"]) == (4, 9, 0.4)
+  assert out["steps"]["seed"] == {"0": {"start": 0, "final": 9},
+                                  "2": {"start": 0, "final": 10}}
+  assert out["success"]["grpo"]["final"]["seen"]["all"]["values"] == [
+      0.5, 0.25]
+  assert out["success"]["seed"]["start"]["unseen"]["heat"]["mean"] == 0.125
+  # Only seed 0 ran under both methods.
+  assert out["paired"]["seed"]["unseen"]["values"] == [0.5]
+  assert out["paired"]["seed"]["seen"]["values"] == [0.25]
+  assert "grpo" not in out["paired"]
+  text = results.rescored_markdown(out)
+  assert "| seed | 2 | 37.5 ± 17.7 | 87.5 ± 17.7 |" in text
+  assert "+50.0 ± 0.0" in text and "final − grpo, unseen" in text
+  assert "| heat | 18.8 ± 8.8 | 43.8 ± 8.8 |" in text
+  # Without a baseline there are no differences.
+  assert results.rescored({"seed": reports["seed"]})["paired"] == {}
+  reports["seed"][2]["final"] = _report(10, 1.0, 1.0, num_tasks=8)
+  with pytest.raises(ValueError, match="different .num_tasks, seed, temp"):
+    results.rescored(reports)
