@@ -127,6 +127,39 @@ def score(policy: rollout_lib.Policy, params, *, env_name: str,
   return out
 
 
+def restore_params(workdir: epath.PathLike, rl_trainer, step: int):
+  """The policy params of update `step` of a run, on one local device.
+
+  Update 0, the policy the run started from, is read from the reference
+  params of the latest checkpoint when no checkpoint of update 0 was saved.
+
+  Args:
+    workdir: the run's directory.
+    rl_trainer: an `RLTrainer` for the run's model and optimizer (its state
+      is the restore target).
+    step: a saved update, or 0.
+
+  Raises:
+    FileNotFoundError: no checkpoint; ValueError: a step that was not saved,
+      a checkpoint of another model, a start asked of checkpoints that keep
+      no reference.
+  """
+  saved = checkpoint_steps(workdir)
+  step = pick_step(saved, step)
+  from_reference = step not in saved  # the start, kept as the reference
+  ckpt_step = max(saved) if from_reference else step
+  with checkpoints.Checkpointer(workdir, model_config=rl_trainer.config,
+                                read_only=True) as ckpt:
+    restored = ckpt.restore(
+        ckpt_step, rl_trainer.abstract_state(),
+        rl_trainer.abstract_params() if from_reference else None)
+  if from_reference and restored.reference is None:
+    raise ValueError(f"the checkpoint of update {ckpt_step} keeps no reference "
+                     "params, so the starting policy cannot be read from it")
+  return rl_trainer.local_params(
+      restored.reference if from_reference else restored.state.params)
+
+
 def evaluate_run(workdir: epath.PathLike, *,
                  policy_fn: Callable[..., Any] | None,
                  rl: trainer_lib.RLConfig,
@@ -166,23 +199,11 @@ def evaluate_run(workdir: epath.PathLike, *,
       checkpoints that keep no reference.
   """
   workdir = epath.Path(os.path.abspath(os.fspath(workdir)))
-  saved = checkpoint_steps(workdir)
-  step = pick_step(saved, step)
-  from_reference = step not in saved  # the start, kept as the reference
-  ckpt_step = max(saved) if from_reference else step
+  step = pick_step(checkpoint_steps(workdir), step)
   config, tokenizer = load_policy(workdir, policy_fn, seed=run_seed)
   rl_trainer = trainer_lib.RLTrainer(config, tokenizer, rl, env_name=env_name,
                                      tx=tx, mesh=mesh, env_kwargs=env_kwargs)
-  with checkpoints.Checkpointer(workdir, model_config=config,
-                                read_only=True) as ckpt:
-    restored = ckpt.restore(
-        ckpt_step, rl_trainer.abstract_state(),
-        rl_trainer.abstract_params() if from_reference else None)
-  if from_reference and restored.reference is None:
-    raise ValueError(f"the checkpoint of update {ckpt_step} keeps no reference "
-                     "params, so the starting policy cannot be read from it")
-  params = rl_trainer.local_params(
-      restored.reference if from_reference else restored.state.params)
+  params = restore_params(workdir, rl_trainer, step)
   settings = dict(
       env_name=env_name, num_tasks=int(num_tasks),
       temperature=float(temperature),
@@ -262,6 +283,14 @@ def _run_settings(workdir: str) -> dict[str, Any]:
   return {**defaults, **gin.get_bindings(train_lib.train)}
 
 
+def run_optimizer(run: dict[str, Any]) -> optax.GradientTransformation:
+  """The optimizer of a run's `_run_settings` (its state is restored too)."""
+  from seed_jax import train_step  # pylint: disable=g-import-not-at-top
+  return train_step.make_optimizer(
+      run["learning_rate"], weight_decay=run["weight_decay"],
+      grad_clip=run["grad_clip"], warmup_steps=run["warmup_steps"])
+
+
 def parse_flags(argv):
   parser = argparse.ArgumentParser(
       description="Score a training run's checkpoint on the seen and unseen "
@@ -289,16 +318,13 @@ def parse_flags(argv):
 def main(argv=None) -> dict[str, Any]:
   args = parse_flags(sys.argv[1:] if argv is None else argv)
   from seed_jax import partitioning  # pylint: disable=g-import-not-at-top
-  from seed_jax import train_step  # pylint: disable=g-import-not-at-top
   workdir = os.path.abspath(args.workdir)
   try:
     step = pick_step(checkpoint_steps(workdir), args.step)
     run = _run_settings(workdir)
   except (FileNotFoundError, ValueError) as e:
     raise SystemExit(f"error: {e}") from e
-  tx = train_step.make_optimizer(
-      run["learning_rate"], weight_decay=run["weight_decay"],
-      grad_clip=run["grad_clip"], warmup_steps=run["warmup_steps"])
+  tx = run_optimizer(run)
   mesh = (partitioning.make_mesh(run["mesh_shape"]) if run["mesh_shape"]
           else None)
   report = evaluate_run(

@@ -1,10 +1,11 @@
 r"""Where a skill moves the policy: the skill-minus-plain gap per token kind.
 
-  python -m seed_jax.gaps --workdir=RUN [--batches=2] [--seed=0] \
+  python -m seed_jax.gaps --workdir=RUN [--step=0] [--batches=2] [--seed=0] \
       [--out_json=PATH]
 
 Plays `--batches` rollout batches with the run's RL settings (from the
-config.gin its training wrote) and the policy RL started from (RUN/policy),
+config.gin its training wrote) and the policy of update `--step` (0, the
+default: the policy RL started from, RUN/policy; otherwise the checkpoint),
 lets that policy analyze its own episodes greedily as a SEED update does,
 scores every analyzed sample under the ordinary and the skill-augmented
 prompt, and splits the per-token gap skill_logp - old_logp by token kind and
@@ -123,45 +124,52 @@ def breakdown(rl_trainer, params, rng, *, batches: int,
 def main(argv=None) -> dict[str, Any]:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--workdir", required=True, help="a run's workdir")
+  parser.add_argument("--step", type=int, default=0,
+                      help="the update whose policy is measured (0: the "
+                      "policy RL started from)")
   parser.add_argument("--batches", type=int, default=2)
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--out_json", default=None,
-                      help="default WORKDIR/gaps.json")
+                      help="default WORKDIR/gaps.json (gaps_step_N.json "
+                      "for --step=N > 0)")
   args = parser.parse_args(sys.argv[1:] if argv is None else argv)
   if args.batches < 1:
     raise SystemExit(f"error: --batches must be >= 1, got {args.batches}")
   import jax  # pylint: disable=g-import-not-at-top
-  import optax  # pylint: disable=g-import-not-at-top
-  from etils import epath  # pylint: disable=g-import-not-at-top
   from seed_jax import evaluate  # pylint: disable=g-import-not-at-top
-  from seed_jax import policies  # pylint: disable=g-import-not-at-top
   from seed_jax import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
   workdir = os.path.abspath(args.workdir)
-  folder = epath.Path(workdir) / "policy"
   try:
     run = evaluate._run_settings(workdir)  # pylint: disable=protected-access
-    if not (folder / "config.json").exists():
-      raise FileNotFoundError(f"{folder} holds no policy")
+    config, tokenizer = evaluate.load_policy(workdir, run["policy_fn"],
+                                             seed=run["seed"])
+    # A SEED update's analysis and scoring, whatever the run's variant; no
+    # reference pass. The run's optimizer: its state is restored too.
+    rl = dataclasses.replace(run["rl"], variant="seed", analyzer="self",
+                             kl_coef=0.0)
+    rl_trainer = trainer_lib.RLTrainer(
+        config, tokenizer, rl, env_name=run["env_name"],
+        env_kwargs=run["env_kwargs"], tx=evaluate.run_optimizer(run))
+    folder = os.path.join(workdir, "policy")
+    if args.step == 0 and os.path.exists(os.path.join(folder,
+                                                      "config.json")):
+      from seed_jax import hf  # pylint: disable=g-import-not-at-top
+      params = hf.load_pretrained(folder)[1]
+    else:
+      params = evaluate.restore_params(workdir, rl_trainer, args.step)
   except (FileNotFoundError, ValueError) as e:
     raise SystemExit(f"error: {e}") from e
-  policy = policies._load_folder(folder)  # pylint: disable=protected-access
-  # A SEED update's analysis and scoring, whatever the run's variant; no
-  # reference pass.
-  rl = dataclasses.replace(run["rl"], variant="seed", analyzer="self",
-                           kl_coef=0.0)
-  rl_trainer = trainer_lib.RLTrainer(
-      policy.config, policy.tokenizer, rl, env_name=run["env_name"],
-      env_kwargs=run["env_kwargs"], tx=optax.sgd(0.0))
-  report = breakdown(rl_trainer, policy.params, jax.random.key(args.seed),
+  report = breakdown(rl_trainer, params, jax.random.key(args.seed),
                      batches=args.batches)
-  report.update(workdir=workdir, seed=args.seed)
+  report.update(workdir=workdir, step=args.step, seed=args.seed)
   print(f"{'kind/outcome':26s} {'tokens':>7s} {'mean gap':>9s} {'> 0.5':>6s} "
         f"{'< -0.5':>7s} {'gate':>6s}")
   for key, c in report["cells"].items():
     print(f"{key:26s} {c['tokens']:7.0f} {c['mean_gap']:+9.3f} "
           f"{c['above_0.5']:6.2f} {c['below_-0.5']:7.2f} "
           f"{c['mean_gate']:6.3f}")
-  out = args.out_json or os.path.join(workdir, "gaps.json")
+  out = args.out_json or os.path.join(
+      workdir, f"gaps_step_{args.step}.json" if args.step else "gaps.json")
   with open(out, "w") as f:
     json.dump(report, f, indent=1)
   print(f"{report['analyzed_samples']} analyzed samples "
