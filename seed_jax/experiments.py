@@ -448,13 +448,14 @@ def write_summary(out: str, md: str | None = None) -> dict[str, Any]:
 
 
 def rescore(out: str, *, num_tasks: int = 256, seed: int = 12345,
-            temperature: float = 0.4, md: str | None = None,
-            command: str = "") -> dict[str, Any]:
+            temperature: float = 0.4, methods: Sequence[str] | None = None,
+            md: str | None = None, command: str = "") -> dict[str, Any]:
   """Scores every run's start and last checkpoint on common tasks.
 
   Args:
     out: the experiment folder (OUT/<method>/seed<S> runs with checkpoints).
     num_tasks, seed, temperature: the evaluation, the same for every run.
+    methods: only these methods (default: every method of OUT).
     md: also write the table as a section of this Markdown file.
     command: the command line, recorded with the table.
 
@@ -467,6 +468,8 @@ def rescore(out: str, *, num_tasks: int = 256, seed: int = 12345,
   from seed_jax import evaluate  # pylint: disable=g-import-not-at-top
   reports = {}
   for m, by_seed in run_dirs(out).items():
+    if methods is not None and m not in methods:
+      continue
     for s, workdir in by_seed.items():
       try:
         last = max(evaluate.checkpoint_steps(workdir))
@@ -575,6 +578,8 @@ def parse_flags(argv):
   ev.add_argument("--seed", type=int, default=12345,
                   help="the evaluation seed (tasks and sampling keys)")
   ev.add_argument("--temperature", type=float, default=0.4)
+  ev.add_argument("--methods", default=None,
+                  help="comma-separated (default: every method of OUT)")
   ev.add_argument("--md", default=None,
                   help="also write the table as a section of this file")
   known, rest = parser.parse_known_args(argv)
@@ -606,6 +611,8 @@ def main(argv=None) -> int:
                          ["python", "-m", "seed_jax.experiments", *argv])
       summary = rescore(args.out, num_tasks=args.num_tasks, seed=args.seed,
                         temperature=args.temperature, md=args.md,
+                        methods=(args.methods.split(",") if args.methods
+                                 else None),
                         command=command)
       print(results.rescored_markdown(summary))
       return 0

@@ -165,6 +165,9 @@ def test_run_skips_finished_runs_status_and_summary(tmp_path, capsys,
   monkeypatch.setattr(evaluate, "main", lambda argv: pytest.fail("scored"))
   assert experiments.main(argv) == 0
   assert md.read_text() == text
+  assert experiments.main(argv[:-2] + ["--methods", "seed"]) == 0
+  rescored = json.load(open(os.path.join(out, "rescored.json")))
+  assert rescored["methods"] == ["seed"] and rescored["paired"] == {}
   with pytest.raises(SystemExit, match="--num_tasks must be at least 1"):
     experiments.main(["evaluate", "--out", out, "--num_tasks", "0"])
   with pytest.raises(SystemExit, match="has a checkpoint yet"):
