@@ -392,11 +392,13 @@ def load_histories(out: str) -> dict[str, dict[int, list[dict[str, Any]]]]:
 def replace_section(text: str, section: str, *, begin: str = BEGIN,
                     end: str = END) -> str:
   """`text` with the part between `begin` and `end` replaced by `section`
-  (appended, with the markers, when there is none)."""
+  (appended, with the markers, when there is none); one blank line
+  separates the end marker from any text after it."""
   block = f"{begin}\n{section.rstrip()}\n{end}\n"
   if begin in text and end in text:
     head, rest = text.split(begin, 1)
-    return head + block + rest.split(end, 1)[1].lstrip("\n")
+    tail = rest.split(end, 1)[1].lstrip("\n")
+    return head + block + ("\n" + tail if tail else "")
   return (text.rstrip() + "\n\n" if text.strip() else "") + block
 
 

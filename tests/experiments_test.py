@@ -205,7 +205,8 @@ def test_replace_section():
                   f"| a |\n{experiments.END}\n")
   twice = experiments.replace_section(once + "after\n", "new\n")
   assert twice == (f"# Title\n\ntext\n\n{experiments.BEGIN}\nnew\n"
-                   f"{experiments.END}\nafter\n")
+                   f"{experiments.END}\n\nafter\n")
+  assert experiments.replace_section(twice, "new\n") == twice
   assert experiments.replace_section("", "x") == (
       f"{experiments.BEGIN}\nx\n{experiments.END}\n")
 
