@@ -1,9 +1,18 @@
 """Shared fakes for tests and demos: tiny models built in code, scripted
-rollouts."""
+rollouts, tree comparison."""
 
 from __future__ import annotations
 
+import jax
+import numpy as np
+
 from seed_jax import model as model_lib
+
+
+def assert_trees_equal(a, b) -> None:
+  """Asserts two pytrees have the same structure and equal leaves."""
+  jax.tree.map(lambda x, y: np.testing.assert_array_equal(
+      np.asarray(x), np.asarray(y)), a, b)
 
 
 def tiny_config(family: str = "llama", **kw) -> model_lib.ModelConfig:

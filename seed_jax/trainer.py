@@ -166,9 +166,9 @@ def _add_step_advantage(adv: np.ndarray, samples, rl: RLConfig
   observations = [s.observation for s in samples]
   step_adv = adv_lib.gigpo_step_advantage(returns, uids, observations,
                                           norm=rl.adv_norm)
-  counts = collections.Counter(zip(uids, observations))
-  shared = float(np.mean([counts[k] > 1 for k in zip(uids, observations)])
-                 ) if samples else 0.0
+  keys = list(zip(uids, observations))
+  counts = collections.Counter(keys)
+  shared = float(np.mean([counts[k] > 1 for k in keys])) if keys else 0.0
   return (adv + rl.step_advantage_weight * step_adv).astype(np.float32), {
       "step_groups_shared": shared}
 

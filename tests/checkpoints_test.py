@@ -89,11 +89,6 @@ def _make(step):
   return state, ref
 
 
-def _assert_tree_equal(a, b):
-  jax.tree.map(lambda x, y: np.testing.assert_array_equal(
-      np.asarray(x), np.asarray(y)), a, b)
-
-
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
   """A workdir with steps 1, 2, 3 saved under max_to_keep=2 (2 and 3 kept)."""
@@ -123,8 +118,8 @@ def test_round_trip_sharded(tmp_path):
     out = ckpt.restore_latest(abstract_state, abstract_ref)
   assert out.step == 3
   assert out.host == {"data_position": 3, "history": [{"update": 3}]}
-  _assert_tree_equal(out.state, state)
-  _assert_tree_equal(out.reference, ref)
+  testing.assert_trees_equal(out.state, state)
+  testing.assert_trees_equal(out.reference, ref)
   np.testing.assert_array_equal(jax.random.key_data(out.rng),
                                 jax.random.key_data(jax.random.key(7)))
   for got, want in zip(jax.tree.leaves((out.state, out.reference)),
@@ -141,7 +136,7 @@ def test_max_to_keep_and_resume_latest(saved):
     out = ckpt.restore_latest(*_abstract(_mesh()))
   assert out.step == 3 and out.host == {"data_position": 3}
   assert out.reference is None  # step 3 was saved without one
-  _assert_tree_equal(out.state, _make(3)[0])
+  testing.assert_trees_equal(out.state, _make(3)[0])
 
 
 def test_half_written_step_is_never_restored(saved, tmp_path):
@@ -215,7 +210,7 @@ def test_corrupt_latest_falls_back(saved, tmp_path, damage):
     with pytest.warns(checkpoints.CorruptCheckpointWarning, match="step 3"):
       out = ckpt.restore_latest(*_abstract(_mesh()))
     assert out.step == 2 and out.host == {"data_position": 2}
-    _assert_tree_equal((out.state, out.reference), _make(2))
+    testing.assert_trees_equal((out.state, out.reference), _make(2))
     # The corrupt step is moved aside, so step 3 can be saved again.
     assert ckpt.all_steps() == [2]
     assert ckpt.save(3, _make(3)[0])
@@ -256,7 +251,7 @@ def test_restore_a_given_step(saved):
   with checkpoints.Checkpointer(saved, model_config=CONFIG) as ckpt:
     out = ckpt.restore(2, *_abstract(_mesh()))
     assert out.step == 2 and out.host == {"data_position": 2}
-    _assert_tree_equal((out.state, out.reference), _make(2))
+    testing.assert_trees_equal((out.state, out.reference), _make(2))
     with pytest.raises(ValueError, match=r"no checkpoint step 1 .*\[2, 3\]"):
       ckpt.restore(1, _abstract(_mesh())[0])
 

@@ -35,3 +35,18 @@ def smollm2_torch():
   return transformers.AutoModelForCausalLM.from_pretrained(
       os.path.dirname(path), gguf_file=os.path.basename(path),
       dtype=torch.float32).eval()
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory):
+  """A tiny SEED run of 2 updates (checkpoints 1 and 2, evaluated at 0 and 2,
+  no policy folder), shared read-only: copy it before changing it."""
+  import gin
+  from seed_jax import train
+  tiny = os.path.join(os.path.dirname(os.path.dirname(
+      os.path.abspath(__file__))), "configs/experiments/tiny.gin")
+  workdir = str(tmp_path_factory.mktemp("tiny_run") / "run")
+  gin.clear_config()
+  train.main(["--gin_file", tiny, f"--gin.WORKDIR='{workdir}'"])
+  gin.clear_config()
+  return workdir

@@ -6,7 +6,6 @@ import json
 import os
 import shutil
 
-import gin
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
@@ -16,45 +15,25 @@ from seed_jax import checkpoints
 from seed_jax import evaluate
 from seed_jax import hf
 from seed_jax import testing
-from seed_jax import train
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TINY = os.path.join(ROOT, "configs/experiments/tiny.gin")
-
-
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-  """A tiny SEED run of 2 updates (checkpoints 1 and 2, evaluated at 0, 2)."""
-  workdir = str(tmp_path_factory.mktemp("evaluate") / "run")
-  gin.clear_config()
-  train.main(["--gin_file", TINY, f"--gin.WORKDIR='{workdir}'"])
-  gin.clear_config()
-  return workdir
-
-
-def _assert_tree_equal(a, b):
-  jax.tree.map(lambda x, y: np.testing.assert_array_equal(
-      np.asarray(x), np.asarray(y)), a, b)
-
 
 def _history(workdir):
   with open(os.path.join(workdir, "metrics.jsonl")) as f:
     return {r["update"]: r for r in map(json.loads, f)}
 
 
-def test_reproduces_the_runs_own_evaluation(run_dir, tmp_path, monkeypatch):
+def test_reproduces_the_runs_own_evaluation(tiny_run, tmp_path, monkeypatch):
   scored = []
   real_score = evaluate.score
   monkeypatch.setattr(evaluate, "score", lambda policy, params, **kw: (
       scored.append(params) or real_score(policy, params, **kw)))
   out_json, out_csv = tmp_path / "e.json", tmp_path / "e.csv"
   # The run's eval_tasks (2), eval_temperature (0.4) and seed (0).
-  report = evaluate.main(["--workdir", run_dir, "--num_tasks", "2",
+  report = evaluate.main(["--workdir", tiny_run, "--num_tasks", "2",
                           "--out_json", str(out_json),
                           "--out_csv", str(out_csv)])
   assert report["step"] == 2 and report["max_steps"] == 2
   assert report["history_length"] == 1
-  want = {k: v for k, v in _history(run_dir)[2].items()
+  want = {k: v for k, v in _history(tiny_run)[2].items()
           if k.startswith("eval/")}
   assert report["metrics"] == want
   assert "eval/unseen/tasks/heat" in want  # per-family task counts
@@ -62,8 +41,8 @@ def test_reproduces_the_runs_own_evaluation(run_dir, tmp_path, monkeypatch):
   # The weights scored are the checkpoint's (read here without a target),
   # not the initial policy's.
   saved = ocp.StandardCheckpointer().restore(
-      os.path.join(run_dir, "checkpoints", "2", "state"))["params"]
-  _assert_tree_equal(scored[0], saved)
+      os.path.join(tiny_run, "checkpoints", "2", "state"))["params"]
+  testing.assert_trees_equal(scored[0], saved)
   initial = testing.tiny_policy(seed=0).params
   assert any(not np.array_equal(a, b) for a, b in
              zip(jax.tree.leaves(saved), jax.tree.leaves(initial)))
@@ -80,19 +59,19 @@ def test_reproduces_the_runs_own_evaluation(run_dir, tmp_path, monkeypatch):
              if r["split"] == "unseen" and r["family"] != "all") == 2
 
 
-def test_step_zero_is_the_starting_policy(run_dir, tmp_path, monkeypatch):
+def test_step_zero_is_the_starting_policy(tiny_run, tmp_path, monkeypatch):
   """No checkpoint of update 0 exists; the reference every one keeps is it."""
   scored = []
   real_score = evaluate.score
   monkeypatch.setattr(evaluate, "score", lambda policy, params, **kw: (
       scored.append(params) or real_score(policy, params, **kw)))
-  report = evaluate.main(["--workdir", run_dir, "--step", "0",
+  report = evaluate.main(["--workdir", tiny_run, "--step", "0",
                           "--num_tasks", "2",
                           "--out_json", str(tmp_path / "e.json"),
                           "--out_csv", str(tmp_path / "e.csv")])
   assert report["step"] == 0
-  _assert_tree_equal(scored[0], testing.tiny_policy(seed=0).params)
-  want = {k: v for k, v in _history(run_dir)[0].items()
+  testing.assert_trees_equal(scored[0], testing.tiny_policy(seed=0).params)
+  want = {k: v for k, v in _history(tiny_run)[0].items()
           if k.startswith("eval/")}
   assert want and report["metrics"] == want
 
@@ -102,13 +81,13 @@ def test_step_zero_is_the_starting_policy(run_dir, tmp_path, monkeypatch):
       checkpoints.Checkpointer, "restore", lambda self, *a, **kw:
       dataclasses.replace(real_restore(self, *a, **kw), reference=None))
   with pytest.raises(ValueError, match="update 2 keeps no reference params"):
-    evaluate.main(["--workdir", run_dir, "--step", "0", "--num_tasks", "2"])
+    evaluate.main(["--workdir", tiny_run, "--step", "0", "--num_tasks", "2"])
 
 
-def test_a_policy_folder_and_an_earlier_step(run_dir, tmp_path):
+def test_a_policy_folder_and_an_earlier_step(tiny_run, tmp_path):
   """A run whose policy is cached in `policy/` (as policies.prepare does)."""
   workdir = str(tmp_path / "run")
-  shutil.copytree(run_dir, workdir)
+  shutil.copytree(tiny_run, workdir)
   policy = testing.tiny_policy(seed=0)
   hf.save_pretrained(os.path.join(workdir, "policy"), policy.config,
                      policy.params, tokenizer=policy.tokenizer)
@@ -125,7 +104,7 @@ def test_a_policy_folder_and_an_earlier_step(run_dir, tmp_path):
   assert os.path.exists(os.path.join(workdir, "eval", "step_1.csv"))
 
 
-def test_bad_inputs_are_clear_errors(run_dir, tmp_path):
+def test_bad_inputs_are_clear_errors(tiny_run, tmp_path):
   with pytest.raises(SystemExit, match="workdir .*nowhere does not exist"):
     evaluate.main(["--workdir", str(tmp_path / "nowhere")])
   with pytest.raises(SystemExit, match="no checkpoint in"):
@@ -133,9 +112,9 @@ def test_bad_inputs_are_clear_errors(run_dir, tmp_path):
   assert os.listdir(tmp_path) == []  # nothing created
   with pytest.raises(SystemExit, match=r"no checkpoint of update 5; the "
                      r"saved updates are \[1, 2\]"):
-    evaluate.main(["--workdir", run_dir, "--step", "5"])
+    evaluate.main(["--workdir", tiny_run, "--step", "5"])
   workdir = str(tmp_path / "no_config")
-  shutil.copytree(run_dir, workdir)
+  shutil.copytree(tiny_run, workdir)
   os.remove(os.path.join(workdir, "config.gin"))
   with pytest.raises(SystemExit, match="config.gin is missing"):
     evaluate.main(["--workdir", workdir])

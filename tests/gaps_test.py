@@ -2,21 +2,16 @@
 
 import json
 import os
+import shutil
 import types
 
-import gin
-import jax
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
 from seed_jax import gaps
 from seed_jax import testing
-from seed_jax import train
 from seed_jax import trainer as trainer_lib
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TINY = os.path.join(ROOT, "configs/experiments/tiny.gin")
 
 
 def test_token_kinds_of_a_demo_reply():
@@ -66,22 +61,10 @@ def test_gaps_cli_names_a_missing_run(tmp_path):
     gaps.main(["--workdir", str(tmp_path)])
 
 
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-  """A tiny SEED run of 2 updates (checkpoints 1 and 2), no policy folder."""
-  workdir = str(tmp_path_factory.mktemp("gaps") / "run")
-  gin.clear_config()
-  train.main(["--gin_file", TINY, f"--gin.WORKDIR='{workdir}'"])
-  gin.clear_config()
-  return workdir
-
-
-def _assert_tree_equal(a, b):
-  jax.tree.map(lambda x, y: np.testing.assert_array_equal(
-      np.asarray(x), np.asarray(y)), a, b)
-
-
-def test_gaps_cli_measures_the_policy_of_a_step(run_dir, monkeypatch):
+def test_gaps_cli_measures_the_policy_of_a_step(tiny_run, tmp_path,
+                                                monkeypatch):
+  run_dir = str(tmp_path / "run")  # gaps writes its report into the run
+  shutil.copytree(tiny_run, run_dir)
   measured = []
   real = gaps.breakdown
   monkeypatch.setattr(gaps, "breakdown", lambda rl_trainer, params, rng, **kw:
@@ -90,13 +73,13 @@ def test_gaps_cli_measures_the_policy_of_a_step(run_dir, monkeypatch):
   report = gaps.main(["--workdir", run_dir, "--step", "2", "--batches", "1"])
   saved = ocp.StandardCheckpointer().restore(
       os.path.join(run_dir, "checkpoints", "2", "state"))["params"]
-  _assert_tree_equal(measured[0], saved)
+  testing.assert_trees_equal(measured[0], saved)
   assert report["step"] == 2 and report["batches"] == 1
   with open(os.path.join(run_dir, "gaps_step_2.json")) as f:
     assert json.load(f)["analyzed_samples"] == report["analyzed_samples"]
   # Update 0 without a policy folder: the reference the checkpoints keep.
   gaps.main(["--workdir", run_dir, "--batches", "1"])
-  _assert_tree_equal(measured[1], testing.tiny_policy(seed=0).params)
+  testing.assert_trees_equal(measured[1], testing.tiny_policy(seed=0).params)
   assert os.path.exists(os.path.join(run_dir, "gaps.json"))
   with pytest.raises(SystemExit, match="no checkpoint of update 5"):
     gaps.main(["--workdir", run_dir, "--step", "5"])
