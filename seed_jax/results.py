@@ -10,7 +10,7 @@ writers at the end touch files.
 Conventions, stated again in the Markdown they produce:
   * success is a rate in [0, 1]; tables print it in percent;
   * "mean ± std" is over seeds, std the sample standard deviation (ddof 1;
-    0 for a single seed);
+    0 for a single seed, whose tables show the value alone);
   * a run's final success is that of its last evaluated update;
   * the sample-efficiency view (the paper's Table 6) reads, for each fraction
     f of a method's updates N (its runs' largest update), the success at the
@@ -255,7 +255,8 @@ def rescored_markdown(summary: Mapping[str, Any]) -> str:
   lines = [f"Success in percent on {summary['num_tasks']} tasks per split, "
            "the same tasks and sampling keys for every run (evaluation "
            f"seed {summary['seed']}, temperature {summary['temperature']}), "
-           "mean ± sample std over seeds. Start: the policy the run began "
+           "mean ± sample std over seeds (the value alone for one seed). "
+           "Start: the policy the run began "
            "RL from (after Stage 1 where the method has one); final: its "
            "last checkpoint.", ""]
   header = ["method", "seeds", "start seen", "final seen", "start unseen",
@@ -289,17 +290,25 @@ def _points(stats):
   """A difference of rates in points: "+6.2 ± 3.1"; "-" when missing."""
   if not stats or stats.get("mean") is None:
     return "-"
-  return f"{100 * stats['mean']:+.1f} ± {100 * stats['std']:.1f}"
+  return f"{100 * stats['mean']:+.1f}" + _spread(100 * stats["std"], stats)
+
+
+def _spread(std: float, stats: Mapping[str, Any], fmt: str = ".1f") -> str:
+  """" ± std", or "" for a single value: one seed has no spread to show."""
+  return "" if stats.get("n") == 1 else f" ± {std:{fmt}}"
 
 
 # -- tables -------------------------------------------------------------------
 
 
 def pct(stats: Mapping[str, Any] | None) -> str:
-  """{"mean": 0.75, "std": 0.032} -> "75.0 ± 3.2"; "-" when missing."""
+  """{"mean": 0.75, "std": 0.032} -> "75.0 ± 3.2"; "-" when missing.
+
+  With "n": 1 (one seed) the std is left out: "75.0".
+  """
   if not stats or stats.get("mean") is None:
     return "-"
-  return f"{100 * stats['mean']:.1f} ± {100 * stats['std']:.1f}"
+  return f"{100 * stats['mean']:.1f}" + _spread(100 * stats["std"], stats)
 
 
 def final_rows(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -350,8 +359,8 @@ def markdown(summary: Mapping[str, Any], *, image_dir: str | None = None,
   seeds = {m: len(summary["runs"][m]) for m in methods}
   head = [f"{m} ({seeds[m]} seed{'s' * (seeds[m] != 1)})" for m in methods]
   lines = [f"## {title}", "",
-           "Success in percent, mean ± sample std over seeds, at each run's "
-           "last evaluated update.", ""]
+           "Success in percent, mean ± sample std over seeds (the value alone "
+           "for one seed), at each run's last evaluated update.", ""]
   for split in SPLITS:
     fams = list(dict.fromkeys(f for m in methods
                               for f in summary["final"][m][split]))
@@ -401,7 +410,7 @@ def markdown(summary: Mapping[str, Any], *, image_dir: str | None = None,
 def _num(stats):
   if not stats or stats.get("mean") is None:
     return "-"
-  return f"{stats['mean']:.3g} ± {stats['std']:.2g}"
+  return f"{stats['mean']:.3g}" + _spread(stats["std"], stats, ".2g")
 
 
 # -- figures ------------------------------------------------------------------

@@ -134,6 +134,7 @@ def test_tables_and_markdown(summary):
   eff = results.efficiency_rows(summary)
   assert len(eff) == 2 * 2 * 5 and eff[0]["fraction"] == 0.2
   assert results.pct({"mean": 0.75, "std": 0.3535533906}) == "75.0 ± 35.4"
+  assert results.pct({"mean": 0.75, "std": 0.0, "n": 1}) == "75.0"
   md = results.markdown(summary, image_dir="results")
   assert "| family | grpo (2 seeds) | seed (3 seeds) |" in md
   assert "| all | 75.0 ± 35.4 | 86.7 ± 23.1 |" in md
@@ -183,7 +184,9 @@ def test_rescored_pairs_seeds_against_grpo():
   assert "grpo" not in out["paired"]
   text = results.rescored_markdown(out)
   assert "| seed | 2 | 37.5 ± 17.7 | 87.5 ± 17.7 |" in text
-  assert "+50.0 ± 0.0" in text and "final − grpo, unseen" in text
+  # One seed in common: the difference alone, no spread over one value.
+  assert "| +25.0 | +50.0 |" in text and "final − grpo, unseen" in text
+  assert "+50.0 ±" not in text
   assert "| heat | 18.8 ± 8.8 | 43.8 ± 8.8 |" in text
   # Without a baseline there are no differences.
   assert results.rescored({"seed": reports["seed"]})["paired"] == {}
