@@ -290,12 +290,14 @@ def _points(stats):
   """A difference of rates in points: "+6.2 ± 3.1"; "-" when missing."""
   if not stats or stats.get("mean") is None:
     return "-"
-  return f"{100 * stats['mean']:+.1f}" + _spread(100 * stats["std"], stats)
+  return f"{100 * stats['mean']:+.1f}" + _spread(stats, 100)
 
 
-def _spread(std: float, stats: Mapping[str, Any], fmt: str = ".1f") -> str:
-  """" ± std", or "" for a single value: one seed has no spread to show."""
-  return "" if stats.get("n") == 1 else f" ± {std:{fmt}}"
+def _spread(stats: Mapping[str, Any], scale: float = 1.0,
+            fmt: str = ".1f") -> str:
+  """" ± std" (std times `scale`), or "" for one value: one seed has no
+  spread to show."""
+  return "" if stats.get("n") == 1 else f" ± {scale * stats['std']:{fmt}}"
 
 
 # -- tables -------------------------------------------------------------------
@@ -308,7 +310,7 @@ def pct(stats: Mapping[str, Any] | None) -> str:
   """
   if not stats or stats.get("mean") is None:
     return "-"
-  return f"{100 * stats['mean']:.1f}" + _spread(100 * stats["std"], stats)
+  return f"{100 * stats['mean']:.1f}" + _spread(stats, 100)
 
 
 def final_rows(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -410,7 +412,7 @@ def markdown(summary: Mapping[str, Any], *, image_dir: str | None = None,
 def _num(stats):
   if not stats or stats.get("mean") is None:
     return "-"
-  return f"{stats['mean']:.3g}" + _spread(stats["std"], stats, ".2g")
+  return f"{stats['mean']:.3g}" + _spread(stats, fmt=".2g")
 
 
 # -- figures ------------------------------------------------------------------
