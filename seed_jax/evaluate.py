@@ -18,7 +18,10 @@ keeps it as the KL reference, and `--step=0` scores that.
 
 Writes JSON (every metric, named as in the run's metrics.jsonl:
 "eval/seen/success", "eval/unseen/success/<family>", ...) and CSV (split,
-family, success, tasks), by default to `RUN/eval/step_<N>.{json,csv}`.
+family, success, tasks), by default to
+`RUN/eval/step_<N>_tasks<K>_seed<S>_temp<T>.{json,csv}` (see `report_path`),
+so evaluations with other settings never overwrite each other. Both files are
+written whole or not at all.
 """
 
 from __future__ import annotations
@@ -291,6 +294,30 @@ def run_optimizer(run: dict[str, Any]) -> optax.GradientTransformation:
       grad_clip=run["grad_clip"], warmup_steps=run["warmup_steps"])
 
 
+def report_path(workdir: str, step: int, *, num_tasks: int, seed: int,
+                temperature: float, max_steps: int | None = None,
+                history_length: int | None = None) -> str:
+  """Where an evaluation's report goes, without the extension.
+
+  `WORKDIR/eval/step_<N>_tasks<K>_seed<S>_temp<T>`, with `_steps<M>` and
+  `_history<H>` appended when the rollout length or history is not the run's.
+  """
+  name = f"step_{step}_tasks{num_tasks}_seed{seed}_temp{temperature:g}"
+  if max_steps is not None:
+    name += f"_steps{max_steps}"
+  if history_length is not None:
+    name += f"_history{history_length}"
+  return os.path.join(workdir, "eval", name)
+
+
+def _write_atomic(path: str, text: str) -> None:
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  partial = path + ".partial"
+  with open(partial, "w") as f:
+    f.write(text)
+  os.replace(partial, path)
+
+
 def parse_flags(argv):
   parser = argparse.ArgumentParser(
       description="Score a training run's checkpoint on the seen and unseen "
@@ -309,9 +336,10 @@ def parse_flags(argv):
   parser.add_argument("--seed", type=int, default=0,
                       help="seeds the sampling keys")
   parser.add_argument("--out_json", default=None,
-                      help="default WORKDIR/eval/step_<N>.json")
+                      help="default WORKDIR/eval/step_<N>_tasks<K>_seed<S>_"
+                      "temp<T>.json")
   parser.add_argument("--out_csv", default=None,
-                      help="default WORKDIR/eval/step_<N>.csv")
+                      help="default: the JSON's name, .csv")
   return parser.parse_args(argv)
 
 
@@ -334,14 +362,15 @@ def main(argv=None) -> dict[str, Any]:
       temperature=args.temperature, max_steps=args.max_steps,
       history_length=args.history_length, seed=args.seed)
   table = rows(report["metrics"])
-  base = os.path.join(workdir, "eval", f"step_{step}")
+  base = report_path(workdir, step, num_tasks=args.num_tasks, seed=args.seed,
+                     temperature=args.temperature, max_steps=args.max_steps,
+                     history_length=args.history_length)
   out_json = args.out_json or base + ".json"
   out_csv = args.out_csv or base + ".csv"
-  for path, text in ((out_json, json.dumps(report, indent=1) + "\n"),
-                     (out_csv, csv_text(table))):
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w") as f:
-      f.write(text)
+  # The CSV first: a JSON on disk means the evaluation is complete (the
+  # experiments' rescoring reuses it).
+  _write_atomic(out_csv, csv_text(table))
+  _write_atomic(out_json, json.dumps(report, indent=1) + "\n")
   print(f"update {step} of {workdir}, {args.num_tasks} tasks per split, "
         f"temperature {args.temperature}:\n{format_table(table)}\n"
         f"wrote {out_json} and {out_csv}", flush=True)

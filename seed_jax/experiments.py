@@ -35,7 +35,8 @@ in the folder PATH without its suffix (docs/results.md -> docs/results/).
 checkpoint, on `--num_tasks` tasks per split with one evaluation seed, so
 that every run meets the same tasks and sampling keys (the runs' own
 evaluations are small and differ by seed). Each report is kept in
-`RUN/eval/step_<N>_tasks<K>_seed<S>_temp<T>.json` and reused, so an
+`RUN/eval/step_<N>_tasks<K>_seed<S>_temp<T>.json` (where
+`python -m seed_jax.evaluate` writes it too) and reused, so an
 interrupted rescoring resumes; the table goes to `OUT/rescored.{json,md}`
 and, with `--md=PATH`, to its own section of PATH:
 
@@ -479,18 +480,15 @@ def rescore(out: str, *, num_tasks: int = 256, seed: int = 12345,
         continue  # not started, or no checkpoint yet
       pair = reports.setdefault(m, {}).setdefault(s, {})
       for which, step in (("start", 0), ("final", last)):
-        path = os.path.join(workdir, "eval", f"step_{step}_tasks{num_tasks}_"
-                            f"seed{seed}_temp{temperature:g}.json")
+        path = evaluate.report_path(
+            workdir, step, num_tasks=num_tasks, seed=seed,
+            temperature=temperature) + ".json"
         if not os.path.exists(path):
           print(f"{m}/seed{s}: scoring update {step} ({which}) on "
                 f"{num_tasks} tasks per split", flush=True)
-          partial = path[:-len(".json")] + ".partial.json"
           evaluate.main(["--workdir", workdir, "--step", str(step),
                          "--num_tasks", str(num_tasks), "--seed", str(seed),
-                         "--temperature", str(temperature),
-                         "--out_json", partial,
-                         "--out_csv", path[:-len(".json")] + ".csv"])
-          os.replace(partial, path)
+                         "--temperature", str(temperature)])
         with open(path) as f:
           pair[which] = json.load(f)
   if not reports:

@@ -100,8 +100,16 @@ def test_a_policy_folder_and_an_earlier_step(tiny_run, tmp_path):
   assert (report["step"], report["num_tasks"], report["max_steps"],
           report["history_length"], report["seed"]) == (1, 3, 1, 2, 7)
   assert report["metrics"]["eval/seen/tasks"] == 3.0
-  assert os.path.exists(os.path.join(workdir, "eval", "step_1.json"))
-  assert os.path.exists(os.path.join(workdir, "eval", "step_1.csv"))
+  base = os.path.join(workdir, "eval", "step_1_tasks3_seed7_temp0.4_steps1_"
+                      "history2")
+  with open(base + ".json") as f:
+    assert json.load(f)["metrics"] == report["metrics"]
+  assert os.path.exists(base + ".csv")
+  assert evaluate.report_path(workdir, 1, num_tasks=3, seed=7,
+                              temperature=0.4, max_steps=1,
+                              history_length=2) == base
+  assert not [n for n in os.listdir(os.path.dirname(base))
+              if n.endswith(".partial")]
 
 
 def test_bad_inputs_are_clear_errors(tiny_run, tmp_path):
