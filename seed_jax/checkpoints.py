@@ -97,9 +97,6 @@ def check_writable(path: epath.PathLike) -> None:
         f"checkpoint directory {path} is not writable: {e}") from e
 
 
-_check_writable = check_writable  # the name train.py first used
-
-
 def check_free_space(path: epath.PathLike, min_bytes: int) -> None:
   """Checks that the filesystem holding `path` has `min_bytes` free.
 
@@ -121,9 +118,15 @@ def check_free_space(path: epath.PathLike, min_bytes: int) -> None:
   free = shutil.disk_usage(local).free
   if free < min_bytes:
     raise OSError(errno.ENOSPC,
-                  f"only {free / 2**30:.2f} GiB free in {local}; the run "
-                  f"needs at least {min_bytes / 2**30:.2f} GiB for its "
-                  "checkpoints; free some space or use another workdir")
+                  f"only {_size(free)} free in {local}; the run needs at "
+                  f"least {_size(min_bytes)} for its checkpoints; free some "
+                  "space or use another workdir")
+
+
+def _size(num_bytes: int) -> str:
+  if num_bytes >= 2**30:
+    return f"{num_bytes / 2**30:.2f} GiB"
+  return f"{num_bytes / 2**20:.1f} MiB"
 
 
 def tree_bytes(tree: Any) -> int:

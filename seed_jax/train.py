@@ -82,6 +82,10 @@ def train(workdir: str, *,
     max_to_keep: checkpoints kept.
     max_consecutive_nonfinite: stop after this many skipped updates in a row.
     min_free_bytes: refuse to start with less free space in the workdir.
+      Once the model is known (before the first update), the run also
+      checks for room for the checkpoints it will write: `max_to_keep` + 1
+      copies (one is written before the oldest goes) of the train state and
+      the reference, less the checkpoints already there.
     mesh_shape: (data, fsdp, tensor) sizes of the training mesh over every
       process's devices (one size may be -1); None: one device.
     rollout_chunks: independent rollout chunks per update, split across
@@ -126,6 +130,10 @@ def train(workdir: str, *,
     start = restored.step
     logging.info("resumed from update %d in %s", start, workdir)
     print(f"resumed from update {start}", flush=True)
+  one_checkpoint = (checkpoints.tree_bytes(rl_trainer.abstract_state())
+                    + checkpoints.tree_bytes(rl_trainer.abstract_params()))
+  to_write = max(1, max_to_keep + 1 - len(ckpt.all_steps()))
+  checkpoints.check_free_space(workdir, one_checkpoint * to_write)
 
   eval_policy = rl_trainer.policy
   nonfinite_run = 0

@@ -192,7 +192,7 @@ def _disk(free):
 def test_check_free_space(tmp_path, monkeypatch):
   monkeypatch.setattr(shutil, "disk_usage", _disk(5 << 20))
   checkpoints.check_free_space(tmp_path, 1 << 20)
-  with pytest.raises(OSError, match=f"only 0.00 GiB free in {tmp_path}; the "
+  with pytest.raises(OSError, match=f"only 5.0 MiB free in {tmp_path}; the "
                      "run needs at least 1.00 GiB") as e:
     checkpoints.check_free_space(tmp_path, 1 << 30)
   assert e.value.errno == errno.ENOSPC
@@ -212,6 +212,29 @@ def test_full_disk_stops_the_run_before_the_policy_is_built(tmp_path,
   def policy_fn(*args, **kwargs):
     raise AssertionError("the policy was built on a full disk")
 
-  with pytest.raises(OSError, match="GiB free in"):
+  with pytest.raises(OSError, match="MiB free in .* needs at least 1.00 GiB"):
     train.train(str(tmp_path / "run"), policy_fn=policy_fn,
                 rl=trainer_lib.RLConfig())
+
+
+def test_no_room_for_the_checkpoints_stops_the_run_before_an_update(
+    tmp_path, monkeypatch):
+  """The second check knows the model: room for max_to_keep + 1 copies."""
+  workdir = tmp_path / "run"
+  policy = testing.tiny_policy(seed=0)
+  rl = trainer_lib.RLConfig(num_groups=2, group_size=2, max_steps=2,
+                            max_new_tokens=8)
+  state = jax.eval_shape(
+      lambda p: ts.TrainState.create(p, ts.make_optimizer(1e-4)),
+      policy.params)
+  one = checkpoints.tree_bytes(state) + checkpoints.tree_bytes(policy.params)
+  # Room for two copies, short of the three that max_to_keep=2 needs.
+  monkeypatch.setattr(shutil, "disk_usage", _disk(2 * one + (one >> 1)))
+  with pytest.raises(OSError, match=r"MiB free in .*; the run needs at least "
+                     rf"{3 * one / 2**20:.1f} MiB for its checkpoints"):
+    train.train(str(workdir), policy_fn=lambda *a, **kw: policy, rl=rl,
+                num_updates=1, learning_rate=1e-4, max_to_keep=2,
+                min_free_bytes=0,
+                eval_every=0)
+  assert not (workdir / "checkpoints").exists() or not list(
+      (workdir / "checkpoints").iterdir())
