@@ -14,6 +14,8 @@ Run (method, seed) trains in `OUT/<method>/seed<S>` as its own process,
 plus the method's bindings (`METHODS`) and then the `--gin` bindings given
 here (which may override them); its output goes to `log.txt` there. Every
 method gets the same gin file, hence the same number of updates and samples.
+`--methods` defaults to GRPO, SEED and the two ablations; `grpo_no_stage1`,
+GRPO from the start of `seed_no_stage1`, is a control to ask for.
 `--parallel` runs that many at once.
 
 Resuming: a run whose metrics.jsonl lists its final update is done and
@@ -71,7 +73,11 @@ METHODS: dict[str, tuple[str, ...]] = {
     "seed": ("VARIANT='seed'",),
     "seed_no_stage1": ("VARIANT='seed'", "policies.prepare.stage1=None"),
     "opid": ("VARIANT='opid'",),
+    # A control, not run by default: GRPO from the same start as
+    # seed_no_stage1, which tells SEED's term from skipping Stage 1.
+    "grpo_no_stage1": ("VARIANT='grpo'", "policies.prepare.stage1=None"),
 }
+DEFAULT_METHODS = ("grpo", "seed", "seed_no_stage1", "opid")
 DEFAULT_GIN = "configs/experiments/demo.gin"
 STATUS = "status.json"
 LOG = "log.txt"
@@ -552,8 +558,9 @@ def parse_flags(argv):
   sub = parser.add_subparsers(dest="command", required=True)
   run = sub.add_parser("run", help="start or resume every run")
   run.add_argument("--out", required=True)
-  run.add_argument("--methods", default=",".join(METHODS),
-                   help=f"comma-separated, of {list(METHODS)}")
+  run.add_argument("--methods", default=",".join(DEFAULT_METHODS),
+                   help=f"comma-separated, of {list(METHODS)} (default "
+                   f"{','.join(DEFAULT_METHODS)})")
   run.add_argument("--seeds", type=_ints, default=[0, 1, 2])
   run.add_argument("--gin_file", action="append", default=None,
                    help=f"default {DEFAULT_GIN}")

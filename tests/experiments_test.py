@@ -22,7 +22,7 @@ def _status(out):
 
 
 def test_plan_gives_each_method_its_bindings():
-  runs = experiments.plan("out", methods=list(experiments.METHODS),
+  runs = experiments.plan("out", methods=list(experiments.DEFAULT_METHODS),
                           seeds=[0, 1], gin_files=["a.gin"],
                           bindings=["NUM_UPDATES=50"])
   assert [r.name for r in runs] == [
@@ -34,6 +34,10 @@ def test_plan_gives_each_method_its_bindings():
       "--gin.SEED=1", "--gin.VARIANT='seed'",
       "--gin.policies.prepare.stage1=None", "--gin.NUM_UPDATES=50")
   assert by_name["opid/seed0"].args[3] == "--gin.VARIANT='opid'"
+  control, = experiments.plan("out", methods=["grpo_no_stage1"], seeds=[2],
+                              gin_files=["a.gin"])
+  assert control.args[3:] == ("--gin.VARIANT='grpo'",
+                              "--gin.policies.prepare.stage1=None")
   assert by_name["grpo/seed0"].command() == (
       "python -m seed_jax.train --gin_file=a.gin "
       "\"--gin.WORKDIR='out/grpo/seed0'\" --gin.SEED=0 "
