@@ -41,6 +41,7 @@ import optax
 
 from seed_jax import checkpoints
 from seed_jax import hf
+from seed_jax import results
 from seed_jax import rollout as rollout_lib
 from seed_jax import trainer as trainer_lib
 
@@ -310,14 +311,6 @@ def report_path(workdir: str, step: int, *, num_tasks: int, seed: int,
   return os.path.join(workdir, "eval", name)
 
 
-def _write_atomic(path: str, text: str) -> None:
-  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  partial = path + ".partial"
-  with open(partial, "w") as f:
-    f.write(text)
-  os.replace(partial, path)
-
-
 def parse_flags(argv):
   parser = argparse.ArgumentParser(
       description="Score a training run's checkpoint on the seen and unseen "
@@ -369,8 +362,8 @@ def main(argv=None) -> dict[str, Any]:
   out_csv = args.out_csv or base + ".csv"
   # The CSV first: a JSON on disk means the evaluation is complete (the
   # experiments' rescoring reuses it).
-  _write_atomic(out_csv, csv_text(table))
-  _write_atomic(out_json, json.dumps(report, indent=1) + "\n")
+  results.write_text_atomic(out_csv, csv_text(table))
+  results.write_text_atomic(out_json, json.dumps(report, indent=1) + "\n")
   print(f"update {step} of {workdir}, {args.num_tasks} tasks per split, "
         f"temperature {args.temperature}:\n{format_table(table)}\n"
         f"wrote {out_json} and {out_csv}", flush=True)

@@ -202,10 +202,7 @@ def _now() -> str:
 
 
 def _write_json(path: str, data: Any) -> None:
-  tmp = path + ".tmp"
-  with open(tmp, "w") as f:
-    json.dump(data, f, indent=1)
-  os.replace(tmp, path)
+  results.write_text_atomic(path, json.dumps(data, indent=1))
 
 
 def execute(runs: Sequence[Run], num_updates: Mapping[str, int], *,

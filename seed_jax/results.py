@@ -295,8 +295,7 @@ def _points(stats):
 
 def _spread(stats: Mapping[str, Any], scale: float = 1.0,
             fmt: str = ".1f") -> str:
-  """" ± std" (std times `scale`), or "" for one value: one seed has no
-  spread to show."""
+  """The " ± std" part (std times `scale`); "" for one seed, which has none."""
   return "" if stats.get("n") == 1 else f" ± {scale * stats['std']:{fmt}}"
 
 
@@ -451,3 +450,11 @@ def plot_curves(summary: Mapping[str, Any], path: str, *,
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
   fig.savefig(path, format="png")
 
+
+def write_text_atomic(path: str, text: str) -> None:
+  """Writes `path` whole or not at all (a temporary file, then a rename)."""
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  tmp = path + ".tmp"
+  with open(tmp, "w") as f:
+    f.write(text)
+  os.replace(tmp, path)

@@ -117,8 +117,9 @@ def train(workdir: str, *,
       rollout_chunks=rollout_chunks, env_kwargs=env_kwargs, teacher=teacher)
   history = metrics_lib.MetricHistory()
   base_rng = jax.random.key(seed)
-  restored = ckpt.restore_latest(rl_trainer.abstract_state(),
-                                 rl_trainer.abstract_params())
+  abstract_state = rl_trainer.abstract_state()
+  abstract_params = rl_trainer.abstract_params()
+  restored = ckpt.restore_latest(abstract_state, abstract_params)
   if restored is None:
     # Both are copies on the mesh: the state's buffers are donated each step.
     reference = rl_trainer.place_params(policy.params)
@@ -130,8 +131,8 @@ def train(workdir: str, *,
     start = restored.step
     logging.info("resumed from update %d in %s", start, workdir)
     print(f"resumed from update {start}", flush=True)
-  one_checkpoint = (checkpoints.tree_bytes(rl_trainer.abstract_state())
-                    + checkpoints.tree_bytes(rl_trainer.abstract_params()))
+  one_checkpoint = (checkpoints.tree_bytes(abstract_state)
+                    + checkpoints.tree_bytes(abstract_params))
   to_write = max(1, max_to_keep + 1 - len(ckpt.all_steps()))
   checkpoints.check_free_space(workdir, one_checkpoint * to_write)
 

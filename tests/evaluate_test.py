@@ -109,7 +109,7 @@ def test_a_policy_folder_and_an_earlier_step(tiny_run, tmp_path):
                               temperature=0.4, max_steps=1,
                               history_length=2) == base
   assert not [n for n in os.listdir(os.path.dirname(base))
-              if n.endswith(".partial")]
+              if n.endswith(".tmp")]
 
 
 def test_bad_inputs_are_clear_errors(tiny_run, tmp_path):
