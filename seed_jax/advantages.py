@@ -21,6 +21,10 @@ get = _REGISTRY.get
 
 NORMS = ("mean_std_norm", "mean_norm")
 STATS_OVER = ("samples", "trajectories")
+# A group std at or below this is float32 rounding of equal values (sums of
+# 0.1 penalties over trajectories of different lengths); scores that really
+# differ, by 0.1 / max_steps at least, lie far above it.
+EQUAL_STD = 1e-5
 
 
 def dense_ids(ids: Sequence[Any] | np.ndarray) -> tuple[np.ndarray, int]:
@@ -74,7 +78,10 @@ def grpo(scores: jax.Array, group_ids: jax.Array, traj_ids: jax.Array, *,
   The score S_i in the numerator is always the sample's own. std is the
   unbiased (ddof=1) estimate, as `torch.std` in the reference. A group with a
   single member (one sample, or one trajectory for "trajectories") takes
-  mean 0 and std 1, so A_i = S_i / (1 + eps) (or S_i for mean_norm).
+  mean 0 and std 1, so A_i = S_i / (1 + eps) (or S_i for mean_norm). A group
+  whose units all have the same value takes std 1: with "samples" its
+  advantages are 0 anyway, and with "trajectories" its samples keep only
+  their deviation from the trajectories' value (an invalid step's -0.1).
   Statistics are taken of S - max_g(S), so a group of equal scores gets
   exactly 0 rather than float32 rounding divided by eps.
 
@@ -136,7 +143,10 @@ def grpo(scores: jax.Array, group_ids: jax.Array, traj_ids: jax.Array, *,
   sq = jax.ops.segment_sum(wf * (dev - mean_dev[seg]) ** 2, seg,
                            num_segments=num_groups)
   single = count <= 1
-  std = jnp.where(single, 1.0, jnp.sqrt(sq / jnp.maximum(count - 1.0, 1.0)))
+  std = jnp.sqrt(sq / jnp.maximum(count - 1.0, 1.0))
+  # Trajectories of equal value can still hold samples that differ (an invalid
+  # step's penalty): their deviations over a zero std would be ~1e5.
+  std = jnp.where(single | (std <= EQUAL_STD), 1.0, std)
   adv = jnp.where(single[g], s, d - mean_dev[g])
   if norm == "mean_std_norm":
     adv = adv / (std[g] + eps)

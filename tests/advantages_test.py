@@ -114,8 +114,9 @@ def _reference(scores, groups, trajs, norm, stats_over):
     else:
       ts = sorted({t for t, gi in zip(trajs, groups) if gi == g})
       vals = [np.mean([s for s, ti in zip(scores, trajs) if ti == t]) for t in ts]
+    std = np.std(vals, ddof=1) if len(vals) > 1 else 0.0
     per_group[g] = (0.0, 1.0) if len(vals) == 1 else (
-        np.mean(vals), np.std(vals, ddof=1))
+        np.mean(vals), std if std > advantages.EQUAL_STD else 1.0)
   out = []
   for s, g in zip(scores, groups):
     mean, std = per_group[g]
@@ -147,6 +148,19 @@ def test_grpo_equal_scores_give_exact_zero(stats_over):
   trajs = [0, 0, 0, 1, 1, 1, 2, 2, 2]
   got = grpo(scores, [0] * 9, trajs, stats_over=stats_over)
   np.testing.assert_array_equal(got, np.zeros(9))
+
+
+def test_grpo_equal_trajectories_keep_only_step_penalties():
+  # Two failed trajectories of equal value whose steps differ by the invalid
+  # penalty: over trajectories the group std is 0, and the samples must keep
+  # their small deviations instead of being divided by eps (+-5e4).
+  got = grpo([0.0, -0.1, 0.0, -0.1], [0] * 4, [0, 0, 1, 1],
+             stats_over="trajectories")
+  np.testing.assert_allclose(got, [0.05, -0.05, 0.05, -0.05], rtol=1e-5)
+  # Equal values reached through float32 sums of different lengths.
+  scores = [0.0, -0.1, 0.0] + [-0.1, 0.0, 0.0, -0.1, 0.0, 0.0]
+  got = grpo(scores, [0] * 9, [0] * 3 + [1] * 6, stats_over="trajectories")
+  np.testing.assert_allclose(got, np.array(scores) + 0.1 / 3, atol=1e-6)
 
 
 def test_opid_shaping():
