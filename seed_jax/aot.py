@@ -118,10 +118,8 @@ def compile_train_step(config, mesh, *, batch: int, prompt_len: int,
   """The SEED train step (`trainer.RLConfig` loss defaults), compiled."""
   tx = ts.make_optimizer(1e-6)
   psh = partitioning.param_shardings(config, mesh)
-  ssh = trainer_lib.state_shardings(tx, psh, mesh)
-  state = checkpoints.abstract_tree(
-      jax.eval_shape(lambda p: ts.TrainState.create(p, tx),
-                     model_lib.param_shapes(config)), ssh)
+  ssh = ts.state_shardings(tx, psh, mesh)
+  state = ts.abstract_state(tx, config, ssh)
   rows = partitioning.batch_sharding(mesh, 1)
   B, P, R = batch, prompt_len, response_len
   f32, i32 = jnp.float32, jnp.int32
@@ -134,11 +132,9 @@ def compile_train_step(config, mesh, *, batch: int, prompt_len: int,
     mb[k] = _sds((B, R), f32, rows)
   loss_fn = functools.partial(ts.rl_loss, config=config, remat=remat,
                               **trainer_lib.RLConfig().loss_kwargs())
-  step = jax.jit(
-      functools.partial(ts.train_step, tx=tx, loss_fn=loss_fn,
-                        num_micro_batches=micro_batches),
-      in_shardings=(ssh, rows),
-      out_shardings=(ssh, partitioning.replicated(mesh)), donate_argnums=(0,))
+  step = ts.jit_train_step(tx, loss_fn, num_micro_batches=micro_batches,
+                           state_shardings=ssh, batch_shardings=rows,
+                           metrics_sharding=partitioning.replicated(mesh))
   return step.lower(state, mb).compile()
 
 

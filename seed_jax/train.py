@@ -12,7 +12,6 @@ from the last complete checkpoint.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys

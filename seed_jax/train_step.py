@@ -10,8 +10,10 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from seed_jax import checkpoints
 from seed_jax import losses
 from seed_jax import model as model_lib
+from seed_jax import partitioning
 from seed_jax import scorer
 
 Batch = Mapping[str, jax.Array]
@@ -163,12 +165,41 @@ def train_step(state: TrainState, batch: Batch, *,
 
 
 def jit_train_step(tx, loss_fn, *, num_micro_batches: int = 1,
-                   state_shardings: Any = None, batch_shardings: Any = None):
-  """`train_step` jitted with shardings; the state is donated."""
+                   state_shardings: Any = None, batch_shardings: Any = None,
+                   metrics_sharding: Any = None):
+  """`train_step` jitted with shardings; the state is donated.
+
+  The one definition of the compiled step: the RL trainer, Stage 1's SFT and
+  `aot`'s fit check all build it here, so the check compiles what runs.
+  """
   fn = functools.partial(train_step, tx=tx, loss_fn=loss_fn,
                          num_micro_batches=num_micro_batches)
   kw: dict[str, Any] = {"donate_argnums": (0,)}
   if state_shardings is not None:
     kw["in_shardings"] = (state_shardings, batch_shardings)
-    kw["out_shardings"] = (state_shardings, None)
+    kw["out_shardings"] = (state_shardings, metrics_sharding)
   return jax.jit(fn, **kw)
+
+
+def state_shardings(tx: optax.GradientTransformation, param_shardings: Any,
+                    mesh) -> TrainState:
+  """TrainState shardings: optimizer moments like their params, the rest
+  (step, counts) replicated."""
+  rep = partitioning.replicated(mesh)
+  shapes = jax.tree.map(lambda s: jax.ShapeDtypeStruct((), jnp.float32),
+                        param_shardings)
+  abstract = jax.eval_shape(lambda p: TrainState.create(p, tx), shapes)
+  opt = optax.tree_map_params(tx, lambda _, sh: sh, abstract.opt_state,
+                              param_shardings,
+                              transform_non_params=lambda _: rep)
+  return TrainState(step=rep, params=param_shardings, opt_state=opt)
+
+
+def abstract_state(tx: optax.GradientTransformation,
+                   config: model_lib.ModelConfig, shardings: TrainState
+                   ) -> TrainState:
+  """The TrainState as sharded ShapeDtypeStructs, allocating nothing: the
+  target of a restore and the input of an ahead-of-time compile."""
+  shapes = jax.eval_shape(lambda p: TrainState.create(p, tx),
+                          model_lib.param_shapes(config))
+  return checkpoints.abstract_tree(shapes, shardings)

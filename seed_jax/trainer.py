@@ -13,7 +13,6 @@ import collections
 import dataclasses
 import functools
 import json
-import logging
 import time
 from typing import Any, Callable, Sequence
 
@@ -173,20 +172,6 @@ def _add_step_advantage(adv: np.ndarray, samples, rl: RLConfig
       "step_groups_shared": shared}
 
 
-def state_shardings(tx: optax.GradientTransformation, param_shardings: Any,
-                    mesh) -> ts.TrainState:
-  """TrainState shardings: optimizer moments like their params, the rest
-  (step, counts) replicated."""
-  rep = partitioning.replicated(mesh)
-  shapes = jax.tree.map(lambda s: jax.ShapeDtypeStruct((), np.float32),
-                        param_shardings)
-  abstract = jax.eval_shape(lambda p: ts.TrainState.create(p, tx), shapes)
-  opt = optax.tree_map_params(tx, lambda _, sh: sh, abstract.opt_state,
-                              param_shardings,
-                              transform_non_params=lambda _: rep)
-  return ts.TrainState(step=rep, params=param_shardings, opt_state=opt)
-
-
 @dataclasses.dataclass
 class Collected:
   """What the rollout phase of an update hands to the learning phase."""
@@ -283,17 +268,16 @@ class RLTrainer:
 
     self.param_shardings = partitioning.param_shardings(model_config,
                                                         self.mesh, rules)
-    self.state_shardings = state_shardings(tx, self.param_shardings,
-                                           self.mesh)
+    self.state_shardings = ts.state_shardings(tx, self.param_shardings,
+                                              self.mesh)
     rep = partitioning.replicated(self.mesh)
     self._rows = partitioning.batch_sharding(self.mesh, 1, rules)
     loss_fn = functools.partial(ts.rl_loss, config=model_config,
                                 remat=rl.remat, **rl.loss_kwargs())
-    step = jax.jit(
-        functools.partial(ts.train_step, tx=tx, loss_fn=loss_fn,
-                          num_micro_batches=rl.micro_batches),
-        in_shardings=(self.state_shardings, self._rows),
-        out_shardings=(self.state_shardings, rep), donate_argnums=(0,))
+    step = ts.jit_train_step(
+        tx, loss_fn, num_micro_batches=rl.micro_batches,
+        state_shardings=self.state_shardings, batch_shardings=self._rows,
+        metrics_sharding=rep)
     self.step_fn = lambda state, mb: step(state, self._global(mb))
     psh, rows = self.param_shardings, self._rows
     dual = jax.jit(lambda p, *a: scorer.score_dual(p, *a, config=model_config),
@@ -323,9 +307,7 @@ class RLTrainer:
 
   def abstract_state(self) -> ts.TrainState:
     """The state as sharded ShapeDtypeStructs: the target of a restore."""
-    shapes = jax.eval_shape(lambda p: ts.TrainState.create(p, self.tx),
-                            model_lib.param_shapes(self.config))
-    return checkpoints.abstract_tree(shapes, self.state_shardings)
+    return ts.abstract_state(self.tx, self.config, self.state_shardings)
 
   def abstract_params(self) -> Any:
     return checkpoints.abstract_tree(model_lib.param_shapes(self.config),

@@ -6,7 +6,6 @@ import shutil
 
 import jax
 import numpy as np
-import optax
 import orbax.checkpoint as ocp
 import pytest
 
@@ -41,23 +40,16 @@ def _mesh():
 
 
 def _state_shardings(mesh):
-  """TrainState shardings: moments like their params, counts replicated."""
-  params = partitioning.param_shardings(CONFIG, mesh)
-  abstract = jax.eval_shape(lambda p: train_step_lib.TrainState.create(p, TX),
-                            model_lib.param_shapes(CONFIG))
-  rep = partitioning.replicated(mesh)
-  opt = optax.tree_map_params(TX, lambda _, s: s, abstract.opt_state, params,
-                              transform_non_params=lambda _: rep)
-  return train_step_lib.TrainState(step=rep, params=params, opt_state=opt)
+  return train_step_lib.state_shardings(
+      TX, partitioning.param_shardings(CONFIG, mesh), mesh)
 
 
 def _abstract(mesh):
-  shapes = jax.eval_shape(lambda p: train_step_lib.TrainState.create(p, TX),
-                          model_lib.param_shapes(CONFIG))
   ref = checkpoints.abstract_tree(
       model_lib.param_shapes(CONFIG),
       partitioning.param_shardings(CONFIG, mesh))
-  return checkpoints.abstract_tree(shapes, _state_shardings(mesh)), ref
+  state = train_step_lib.abstract_state(TX, CONFIG, _state_shardings(mesh))
+  return state, ref
 
 
 @functools.lru_cache()

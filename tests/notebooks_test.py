@@ -5,7 +5,6 @@ update or two, so the three together take a few minutes on a CPU. Runs write
 under a temporary working directory; notebooks are stored without outputs.
 """
 
-import os
 import pathlib
 
 import pytest
