@@ -176,8 +176,9 @@ class ParseError:
 
   Attributes:
     reason: "no_json" (no decodable object), "missing_skill" (objects, none
-      with "episode_skill"), "empty_skill" (only empty or unusable skills) or
-      "not_text" (the input was not a string).
+      with "episode_skill"), "empty_skill" (only empty or unusable skills),
+      "not_text" (the input was not a string) or "prompt_too_long" (the
+      analysis prompt did not fit the policy's context; nothing was asked).
     detail: a short human-readable note.
   """
   reason: str

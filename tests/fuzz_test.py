@@ -222,7 +222,7 @@ def test_self_analysis_of_fuzzed_outputs_counts_unparsed(self_trainer,
     assert len(texts) == len(replies)
     return [rollout.Generation(r, [5], [6], [-1.0]) for r in replies]
 
-  self_trainer.policy.generate = generate
+  self_trainer.analyst.generate = generate  # the analyses' own policy
   found, metrics = self_trainer._analyze(None, episodes.episodes,
                                          jax.random.key(0))
   _check_found(self_trainer, episodes, found, metrics["analyses_parsed"],

@@ -138,3 +138,68 @@ def test_teacher_and_run_must_ask_for_the_same_analyses(policy):
     trainer_lib.RLTrainer(policy.config, policy.tokenizer, rl,
                           env_name="household", tx=optax.sgd(0.0),
                           teacher=teacher)
+
+
+def _stub_analyst(trainer, reply):
+  """The analyst answers `reply` to every prompt; returns the prompts sent."""
+  sent = []
+  reply_ids = trainer.tokenizer.encode(reply, add_special_tokens=False)
+
+  def generate_ids(params, prompt_ids, rng, sampling, max_new_tokens=None):
+    del params, rng, sampling, max_new_tokens
+    sent.extend(prompt_ids)
+    return [(list(p), reply_ids, [0.0] * len(reply_ids)) for p in prompt_ids]
+
+  trainer.analyst.generate_ids = generate_ids
+  return sent
+
+
+def test_analysis_is_not_cut_at_the_rollout_stop_string(policy):
+  # The annotator's skill for invalid replies names the action tags; the
+  # rollout stops at "</action>", which would cut the JSON unparseable.
+  trainer = _trainer(policy)
+  assert "</action>" in trainer.policy.stop_strings
+  assert trainer.analyst.stop_strings == () and not trainer.analyst.stop_seqs
+  skill = "Reply with one action inside <action> </action> and nothing else."
+  _stub_analyst(trainer, json.dumps({"episode_summary": "s",
+                                     "episode_skill": skill}))
+  res = _played(trainer)
+  found, stats = trainer._analyze(None, res.episodes, jax.random.key(0))
+  assert stats["analyses_parsed"] == 1.0
+  assert {a.skill for a in found.values()} == {skill}
+
+
+def _episode(step_chars: list[int]):
+  from seed_jax import episodes
+  steps = [episodes.Step(observation="You see " + "a mug, " * (n // 7),
+                         prompt="p", response="<action>look</action>",
+                         action="look", action_valid=True, reward=0.0,
+                         done=False) for n in step_chars]
+  return episodes.Episode(env_name="household", task="put a mug in sink",
+                          family="pick", seed=0, steps=steps)
+
+
+def test_long_analysis_prompts_are_cut_to_fit_or_left_out(policy):
+  trainer = _trainer(policy)
+  limit = trainer.analyst.buckets[-1]
+  encode = lambda text: trainer.analyst.encode(text)
+  # Twelve steps, too long together; the instructions and a few steps fit.
+  long_ep = _episode([100] * 12)
+  full = skills.build_analysis_prompt(long_ep, mode="episode_step",
+                                      max_critical_steps=2)
+  assert len(encode(full.text)) > limit
+  # One step that alone does not fit.
+  huge_ep = _episode([40 * limit])
+  sent = _stub_analyst(trainer, json.dumps({"episode_summary": "s",
+                                            "episode_skill": "k"}))
+  found, stats = trainer._analyze(None, [long_ep, huge_ep], jax.random.key(0))
+  assert len(sent) == 1 and len(sent[0]) <= limit
+  cut = trainer._analysis_prompt(long_ep)
+  assert list(sent[0]) == encode(cut.text)
+  assert 0 < cut.steps_cut < 11 and cut.num_steps == 12
+  # Cut in the middle only: the instructions and the last step stay.
+  assert cut.text.startswith(full.text[:full.text.index("\n\nStep 1\n")])
+  assert cut.text.endswith(full.text[full.text.rindex("\n\nStep 12\n"):])
+  assert stats["analysis_prompts_too_long"] == 1.0
+  assert stats["analysis_steps_cut"] == cut.steps_cut
+  assert stats["analyses_parsed"] == 0.5 and len(found) == 1
