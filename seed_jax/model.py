@@ -18,6 +18,7 @@ dim, F mlp, V vocab):
   layers/v_kernel   [L, D, K, E]
   layers/o_kernel   [L, H, E, D]    (layers, heads, head_dim, embed)
   layers/{q,k,v}_bias   (qwen2 and llama attention_bias)
+  layers/o_bias     [L, D]          (llama attention_bias)
   layers/{q,k}_norm [L, E]          (qwen3)
   layers/mlp_norm   [L, D]
   layers/gate_kernel, up_kernel [L, D, F]  (layers, embed, mlp)
@@ -252,7 +253,7 @@ class _Head(nnx.Module):
 
 
 class Decoder(nnx.Module):
-  """The decoder's parameters; `__call__` runs `forward` + `logits`."""
+  """The decoder's parameters (`forward` and `logits` compute with them)."""
 
   def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
     self.config = config
@@ -262,11 +263,6 @@ class Decoder(nnx.Module):
                             jnp.dtype(config.param_dtype))
     if not config.tie_embeddings:
       self.lm_head = _Head(config, rngs)
-
-  def __call__(self, tokens, positions, kv_mask):
-    params = nnx.to_pure_dict(nnx.state(self, nnx.Param))
-    hidden, _ = forward(params, tokens, positions, kv_mask, config=self.config)
-    return logits(params, hidden, config=self.config)
 
 
 def init_params(config: ModelConfig, rng: jax.Array) -> Params:
@@ -369,8 +365,9 @@ class Cache:
   """
   k: tuple[jax.Array, ...]  # L x [B, K, E, S], keys transposed for q @ k
   v: tuple[jax.Array, ...]  # L x [B, K, S, E]
-  # The dtype of the keys and values. A 16-bit float cache is stored as its
-  # uint16 bit patterns, which XLA:CPU updates in place (see `_to_bits`).
+  # The dtype of the keys and values. A 16-bit float cache (the default on
+  # accelerators; the sampler keeps a float32 one on CPU, where 16 bits are
+  # slower) is stored as its uint16 bit patterns (see `_to_bits`).
   dtype: str = flax.struct.field(pytree_node=False, default="float32")
 
 
