@@ -108,9 +108,7 @@ class Run:
     """The shell command line, e.g. python -m seed_jax.train
     --gin_file=configs/experiments/demo.gin --gin.WORKDIR='out/grpo/seed0'
     --gin.SEED=0 "--gin.VARIANT='grpo'"."""
-    # pylint: disable-next=protected-access
-    return " ".join(sweep._quote(w) for w in
-                    ("python", "-m", "seed_jax.train", *self.args))
+    return sweep.shell_command(("python", "-m", "seed_jax.train", *self.args))
 
 
 def plan(out: str, *, methods: Sequence[str], seeds: Sequence[int],
@@ -430,8 +428,8 @@ def write_summary(out: str, md: str | None = None) -> dict[str, Any]:
   for name, rows in (("summary.csv", results.final_rows(summary)),
                      ("sample_efficiency.csv",
                       results.efficiency_rows(summary))):
-    with open(os.path.join(out, name), "w") as f:
-      f.write(results.csv_text(rows))
+    results.write_text_atomic(os.path.join(out, name),
+                              results.csv_text(rows))
   targets = [(out, ".")]
   if md:
     folder = os.path.splitext(md)[0]
@@ -441,15 +439,12 @@ def write_summary(out: str, md: str | None = None) -> dict[str, Any]:
                                               "success_vs_updates.png"))
     results.plot_curves(summary, os.path.join(
         folder, "success_vs_env_steps.png"), x="env_steps")
-  with open(os.path.join(out, "summary.md"), "w") as f:
-    f.write(results.markdown(summary, image_dir=".") + "\n")
+  results.write_text_atomic(os.path.join(out, "summary.md"),
+                            results.markdown(summary, image_dir=".") + "\n")
   if md:
     section = results.markdown(summary, image_dir=targets[1][1])
     section += _provenance(summary, histories, out, md, targets[1])
-    old = epath.Path(md).read_text() if os.path.exists(md) else ""
-    os.makedirs(os.path.dirname(os.path.abspath(md)), exist_ok=True)
-    with open(md, "w") as f:
-      f.write(replace_section(old, section))
+    _update_section(md, section, begin=BEGIN, end=END)
   return summary
 
 
@@ -503,15 +498,18 @@ def rescore(out: str, *, num_tasks: int = 256, seed: int = 12345,
   text = results.rescored_markdown(summary)
   if command:
     text += f"\nProduced by:\n\n```bash\n{command}\n```\n"
-  with open(os.path.join(out, "rescored.md"), "w") as f:
-    f.write(text)
+  results.write_text_atomic(os.path.join(out, "rescored.md"), text)
   if md:
-    old = epath.Path(md).read_text() if os.path.exists(md) else ""
-    os.makedirs(os.path.dirname(os.path.abspath(md)), exist_ok=True)
-    with open(md, "w") as f:
-      f.write(replace_section(old, text, begin=RESCORED_BEGIN,
-                              end=RESCORED_END))
+    _update_section(md, text, begin=RESCORED_BEGIN, end=RESCORED_END)
   return summary
+
+
+def _update_section(md: str, text: str, *, begin: str, end: str) -> None:
+  """Puts `text` between the markers in the Markdown file `md` (created if
+  absent), rewriting the file whole or not at all."""
+  old = epath.Path(md).read_text() if os.path.exists(md) else ""
+  results.write_text_atomic(md, replace_section(old, text, begin=begin,
+                                                end=end))
 
 
 def _provenance(summary, histories, out, md, target) -> str:
@@ -610,9 +608,8 @@ def main(argv=None) -> int:
       if args.num_tasks < 1:
         raise ValueError(f"--num_tasks must be at least 1, got "
                          f"{args.num_tasks}")
-      # pylint: disable-next=protected-access
-      command = " ".join(sweep._quote(w) for w in
-                         ["python", "-m", "seed_jax.experiments", *argv])
+      command = sweep.shell_command(
+          ["python", "-m", "seed_jax.experiments", *argv])
       summary = rescore(args.out, num_tasks=args.num_tasks, seed=args.seed,
                         temperature=args.temperature, md=args.md,
                         methods=(args.methods.split(",") if args.methods
@@ -634,9 +631,8 @@ def main(argv=None) -> int:
       print(f"# {run.name}: {'done' if done else 'to run'}, "
             f"{num_updates[run.name]} updates\n{run.command()}")
     return 0
-  # pylint: disable-next=protected-access
-  command = " ".join(sweep._quote(w) for w in
-                     ["python", "-m", "seed_jax.experiments", *argv])
+  command = sweep.shell_command(
+      ["python", "-m", "seed_jax.experiments", *argv])
   # `kill PID` of the runner stops its runs too, as Ctrl-C does.
   signal.signal(signal.SIGTERM, _interrupt)
   try:

@@ -272,7 +272,7 @@ def rescored_markdown(summary: Mapping[str, Any]) -> str:
       row += [_points(summary["paired"].get(m, {}).get(split))
               for split in SPLITS]
     rows.append(row)
-  lines += _table(header, rows)
+  lines += table_lines(header, rows)
   if summary["paired"]:
     lines += ["", f"The differences to {base} are paired by seed (the same "
               "seed starts from the same warm start) and given in points."]
@@ -280,7 +280,7 @@ def rescored_markdown(summary: Mapping[str, Any]) -> str:
     fams = list(dict.fromkeys(f for m in methods
                               for f in succ[m]["final"][split]))
     lines += ["", f"**Final, {split} tasks, per family**", ""]
-    lines += _table(["family", *methods],
+    lines += table_lines(["family", *methods],
                     [[f, *(pct(succ[m]["final"][split].get(f))
                            for m in methods)] for f in fams])
   return "\n".join(lines) + "\n"
@@ -340,7 +340,9 @@ def csv_text(rows: Sequence[Mapping[str, Any]]) -> str:
   return buf.getvalue()
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+def table_lines(header: Sequence[str], rows: Sequence[Sequence[str]]
+                ) -> list[str]:
+  """The lines of a Markdown table."""
   return (["| " + " | ".join(header) + " |",
            "|" + "---|" * len(header)] +
           ["| " + " | ".join(r) + " |" for r in rows])
@@ -366,7 +368,7 @@ def markdown(summary: Mapping[str, Any], *, image_dir: str | None = None,
     fams = list(dict.fromkeys(f for m in methods
                               for f in summary["final"][m][split]))
     lines += [f"**{split.capitalize()} tasks**", ""]
-    lines += _table(["family", *head],
+    lines += table_lines(["family", *head],
                     [[f, *(pct(summary["final"][m][split].get(f))
                            for m in methods)] for f in fams])
     lines.append("")
@@ -381,20 +383,20 @@ def markdown(summary: Mapping[str, Any], *, image_dir: str | None = None,
       cells = [f"{pct(p)} [{p['update']}]" if p["update"] is not None
                else "-" for p in summary["sample_efficiency"][m][split]]
       rows.append([split, m, *cells])
-  lines += _table(["split", "method", *(f"{100 * f:.0f}%" for f in fr)], rows)
+  lines += table_lines(["split", "method", *(f"{100 * f:.0f}%" for f in fr)], rows)
   lines.append("")
   names = list(dict.fromkeys(k for m in methods
                              for k in summary["diagnostics"][m]))
   if names:
     lines += ["**Training diagnostics**: each run's mean over its updates, "
               "then mean ± std over seeds.", ""]
-    lines += _table(["metric", *methods], [
+    lines += table_lines(["metric", *methods], [
         [k, *(_num(summary["diagnostics"][m].get(k)) for m in methods)]
         for k in names])
     lines.append("")
   lines += ["**Runs**: last update, last evaluated update and cumulative "
             "environment steps of each seed.", ""]
-  lines += _table(["method", "seed", "last update", "last eval",
+  lines += table_lines(["method", "seed", "last update", "last eval",
                    "env steps"],
                   [[m, s, str(r["last_update"]), str(r["last_eval_update"]),
                     f"{r['env_steps']:.0f}"]

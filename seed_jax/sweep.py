@@ -31,6 +31,8 @@ import sys
 import traceback
 from typing import Any, Mapping, Sequence
 
+from seed_jax import results
+
 DEFAULT_METRICS = ("eval/seen/success", "eval/unseen/success", "success_rate",
                    "kl", "update")
 LAUNCHERS = ("local", "tpu", "slurm")
@@ -100,15 +102,20 @@ def commands(runs: Sequence[Mapping[str, Any]], *, gin_files: Sequence[str],
         words = [f"TPU_NAME=${{TPU_NAME}}-{i}", *env, "launch/tpu_vm.sh",
                  "up", *args]
       else:
-        inner = " ".join(_quote(w) for w in ["launch/slurm_gpu.sh", *args])
+        inner = shell_command(["launch/slurm_gpu.sh", *args])
         words = [*env, "sbatch", "--nodes=${NODES}",
                  "--gpus-per-node=${GPUS_PER_NODE}", f"--wrap={inner}"]
-    out.append(" ".join(_quote(w) for w in words))
+    out.append(shell_command(words))
   return out
 
 
+def shell_command(words: Sequence[str]) -> str:
+  """One shell line of `words`, quoted so that gin's single quotes stay
+  readable, e.g. python -m seed_jax.train "--gin.VARIANT='grpo'"."""
+  return " ".join(_quote(w) for w in words)
+
+
 def _quote(word: str) -> str:
-  """Shell quoting that keeps gin's single quotes readable."""
   if "${" in word and not set(word) & set("'\"`\\ "):
     return word  # a variable for the shell that runs the command
   if "'" in word and not set(word) & set('"$`\\!'):
@@ -155,10 +162,7 @@ def _fmt(v) -> str:
 
 
 def markdown(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-  lines = ["| " + " | ".join(header) + " |",
-           "|" + "---|" * len(header)]
-  lines += ["| " + " | ".join(r) + " |" for r in rows]
-  return "\n".join(lines) + "\n"
+  return "\n".join(results.table_lines(header, rows)) + "\n"
 
 
 def write_summary(root: str, header, rows) -> str:
