@@ -7,7 +7,7 @@ game's text.
 `warm_start` builds the records of `seed_jax.demonstrations` (acting,
 following a skill in context, analysis), the tokenizer and the model,
 fine-tunes it with `sft.sft` and measures plain success
-(`trainer.evaluate`), success with the hindsight skill of the policy's own
+(`evaluate.evaluate_split`), success with the hindsight skill of the policy's own
 episode in context, how often that skill steers its first search, and the
 parse rate of its own analyses.
 """
@@ -26,6 +26,7 @@ import transformers
 
 from seed_jax import annotators
 from seed_jax import demonstrations as demos
+from seed_jax import evaluate as evaluate_lib
 from seed_jax import model as model_lib
 from seed_jax import rollout as rollout_lib
 from seed_jax import sampler as sampler_lib
@@ -33,7 +34,6 @@ from seed_jax import sft
 from seed_jax import skills
 from seed_jax import stage1
 from seed_jax import tokenizer as tokenizer_lib
-from seed_jax import trainer
 from seed_jax.envs import base as envs_base
 from seed_jax.envs import household_world as hw
 from seed_jax.episodes import Episode
@@ -349,7 +349,7 @@ def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
   Returns:
     (config, params, tokenizer, report). The report holds record counts,
     both SFT reports (`lm/...`, `sft/...`), `seen/success`, `unseen/success`
-    (`trainer.evaluate`), `skills/...` (`evaluate_skills`) and per-phase
+    (`evaluate.evaluate_split`), `skills/...` (`evaluate_skills`) and per-phase
     seconds (`seconds/...`, wall clock; `seconds/cpu`, process time).
   """
   times, t0, c0 = {}, time.time(), time.process_time()
@@ -409,11 +409,10 @@ def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
   t = time.time()
   for split in ("eval_seen", "eval_unseen") if eval_tasks else ():
     rng_eval, sub = jax.random.split(rng_eval)
-    out = trainer.evaluate(policy, params, env_name=demos.ENV, split=split,
-                           num_tasks=eval_tasks, max_steps=max_steps,
-                           history_length=history_length,
-                           temperature=temperature, rng=sub,
-                           batch_groups=eval_tasks)
+    out = evaluate_lib.evaluate_split(
+        policy, params, env_name=demos.ENV, split=split, num_tasks=eval_tasks,
+        max_steps=max_steps, history_length=history_length,
+        temperature=temperature, rng=sub, batch_groups=eval_tasks)
     report.update({f"{split[5:]}/{k}": v for k, v in out.items()})
   times["seconds/eval"] = time.time() - t
   t = time.time()

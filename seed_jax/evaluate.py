@@ -27,6 +27,7 @@ written whole or not at all.
 from __future__ import annotations
 
 import argparse
+import collections
 import csv
 import inspect
 import io
@@ -37,13 +38,16 @@ from typing import Any, Callable, Sequence
 
 from etils import epath
 import jax
+import numpy as np
 import optax
 
 from seed_jax import checkpoints
 from seed_jax import hf
 from seed_jax import results
 from seed_jax import rollout as rollout_lib
+from seed_jax import sampler as sampler_lib
 from seed_jax import trainer as trainer_lib
+from seed_jax.envs import base as envs_base
 
 SPLITS = ("eval_seen", "eval_unseen")
 # The trainer's evaluation at update u samples with fold_in(key(seed),
@@ -109,6 +113,46 @@ def load_policy(workdir: epath.PathLike, policy_fn: Callable[..., Any] | None,
   return policy.config, policy.tokenizer
 
 
+def evaluate_split(policy: rollout_lib.Policy, params, *, env_name: str,
+                   split: str, num_tasks: int, max_steps: int,
+                   history_length: int = 2, temperature: float = 0.4,
+                   rng: jax.Array | None = None, batch_groups: int = 16,
+                   env_kwargs=None) -> dict[str, float]:
+  """Success rate on `num_tasks` tasks of a split, no skills in the prompt.
+
+  Returns:
+    {"success": overall rate, "success/<family>": per family, "tasks": n,
+     "tasks/<family>": tasks of that family}.
+  """
+  if num_tasks < 1:
+    raise ValueError(f"evaluate_split needs num_tasks >= 1, got {num_tasks}")
+  rng = rng if rng is not None else jax.random.key(0)
+  wins: dict[str, list[bool]] = collections.defaultdict(list)
+  done = 0
+  while done < num_tasks:
+    groups = min(batch_groups, num_tasks - done)
+    pool = envs_base.EnvPool(env_name, num_groups=groups, group_size=1,
+                             split=split, max_steps=max_steps,
+                             **dict(env_kwargs or {}))
+    seeds = envs_base.split_seeds(split, groups, start=done)
+    rng, sub = jax.random.split(rng)
+    gen = lambda prompts, r: policy.generate(
+        params, prompts, r, sampler_lib.Temperature(temperature))
+    res = rollout_lib.rollout(gen, pool, sub, env_name=env_name,
+                              max_steps=max_steps,
+                              history_length=history_length,
+                              group_seeds=seeds)
+    for ep in res.episodes:
+      wins[ep.family].append(ep.success)
+    done += groups
+  out = {"success": float(np.mean([w for v in wins.values() for w in v])),
+         "tasks": float(done)}
+  for fam, v in sorted(wins.items()):
+    out[f"success/{fam}"] = float(np.mean(v))
+    out[f"tasks/{fam}"] = float(len(v))
+  return out
+
+
 def score(policy: rollout_lib.Policy, params, *, env_name: str,
           num_tasks: int, max_steps: int, history_length: int,
           temperature: float, rng: jax.Array,
@@ -123,7 +167,7 @@ def score(policy: rollout_lib.Policy, params, *, env_name: str,
   """
   out = {}
   for split in SPLITS:
-    res = trainer_lib.evaluate(
+    res = evaluate_split(
         policy, params, env_name=env_name, split=split, num_tasks=num_tasks,
         max_steps=max_steps, history_length=history_length,
         temperature=temperature, rng=rng, env_kwargs=env_kwargs)
