@@ -62,7 +62,8 @@ class Policy:
           f"({config.max_position_embeddings}) with max_new_tokens="
           f"{max_new_tokens}")
     self.stop_strings = tuple(stop_strings)
-    self.stop_seqs = sampler_lib.stop_token_sequences(tokenizer, stop_strings)
+    self.stop_table = sampler_lib.stop_string_table(tokenizer, stop_strings,
+                                                    config.vocab_size)
     self.truncate_prompts = truncate_prompts
     self.min_rows = min_rows
     self.use_chat_template = use_chat_template
@@ -110,7 +111,7 @@ class Policy:
     out = sampler_lib.sample(
         params, batch.tokens, batch.mask, rng, config=self.config,
         max_new_tokens=max_new_tokens or self.max_new_tokens,
-        sampling=sampling, eos_ids=self.eos_ids, stop_seqs=self.stop_seqs,
+        sampling=sampling, eos_ids=self.eos_ids, stop_table=self.stop_table,
         pad_id=self.pad_id)
     tokens, lengths, logprobs = jax.device_get(
         (out.tokens, out.lengths, out.logprobs))

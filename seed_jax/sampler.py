@@ -101,6 +101,7 @@ class _Loop:
   kv_mask: jax.Array  # [B, S] bool, valid cache slots
   cache: model_lib.Cache  # per layer: k [B, K, E, S], v [B, K, S, E]
   recent: jax.Array  # [B, W] int32, last W generated tokens (for stop seqs)
+  matched: jax.Array  # [B, n] int32, chars of each stop string matched so far
   rng: jax.Array  # key
 
 
@@ -116,6 +117,15 @@ def _stop_hit(recent: jax.Array, n_generated: jax.Array,
   return hit
 
 
+def _match_step(table: jax.Array, matched: jax.Array, token: jax.Array
+                ) -> tuple[jax.Array, jax.Array]:
+  """Feeds [B] tokens to the stop-string matchers (`stop_string_table`):
+  the new [B, n] matched counts and [B] whether a stop string completed."""
+  n = table.shape[0]
+  nxt = table[jnp.arange(n)[None, :], matched, token[:, None]].astype(jnp.int32)
+  return jnp.maximum(nxt, 0), jnp.any(nxt < 0, axis=-1)
+
+
 @functools.partial(
     jax.jit,
     static_argnames=("config", "max_new_tokens", "sampling", "eos_ids",
@@ -125,6 +135,7 @@ def sample(params: model_lib.Params, prompts: jax.Array, mask: jax.Array,
            max_new_tokens: int, sampling: Sampling = Greedy(),
            eos_ids: tuple[int, ...] = (),
            stop_seqs: tuple[tuple[int, ...], ...] = (),
+           stop_table: jax.Array | None = None,
            pad_id: int = 0) -> SampleOutput:
   """Samples up to `max_new_tokens` tokens after left-padded prompts.
 
@@ -138,6 +149,9 @@ def sample(params: model_lib.Params, prompts: jax.Array, mask: jax.Array,
     sampling: Greedy(), Temperature(t), TopK(k, t) or TopP(p, t).
     eos_ids: token ids that end a row (kept in the output).
     stop_seqs: token-id sequences that end a row when generated.
+    stop_table: [n, m, V] from `stop_string_table`: a row ends on the token
+      that completes one of n stop strings in its generated text, however
+      the tokens split it (" </action>", "</action>." ...).
     pad_id: fills a row's tokens after it is done.
 
   Returns:
@@ -175,7 +189,12 @@ def sample(params: model_lib.Params, prompts: jax.Array, mask: jax.Array,
     recent = jnp.concatenate([state.recent[:, 1:], token[:, None]], axis=1)
     lengths = jnp.where(was_done, state.lengths, i + 1)
     hit = jnp.isin(token, eos) | _stop_hit(recent, lengths, stop_seqs)
+    matched = state.matched
+    if stop_table is not None:
+      matched, completed = _match_step(stop_table, matched, token)
+      hit = hit | completed
     return state.replace(
+        matched=matched,
         tokens=state.tokens.at[:, i].set(token),
         logprobs=state.logprobs.at[:, i].set(logp),
         done=was_done | hit,
@@ -204,6 +223,8 @@ def sample(params: model_lib.Params, prompts: jax.Array, mask: jax.Array,
       kv_mask=kv_mask,
       cache=cache,
       recent=jnp.full((B, W), -1, jnp.int32),
+      matched=jnp.zeros((B, 0 if stop_table is None else stop_table.shape[0]),
+                        jnp.int32),
       rng=rng)
   token, logp = pick(last_logits, sub, state.done)
   state = record(state, token, logp)
@@ -281,25 +302,68 @@ def pad_left(seqs: Sequence[Sequence[int]], *, buckets=DEFAULT_BUCKETS,
   return Padded(toks, mask, cut)
 
 
-def stop_token_sequences(tokenizer, stop_strings: Sequence[str],
-                         ) -> tuple[tuple[int, ...], ...]:
-  """Token-id sequences that end generation on a stop string.
+def stop_string_table(tokenizer, stop_strings: Sequence[str],
+                      vocab_size: int) -> np.ndarray | None:
+  """Token-level matchers of stop strings, for `sample(stop_table=)`.
 
-  The canonical encoding of each string, plus every single vocabulary token
-  whose text contains the string (a merge such as "</action>\\n"). Decoded
-  text is cut at the first stop string on the host anyway; this only lets
-  the loop stop early.
+  One Knuth-Morris-Pratt matcher per string: entry [i, q, v] is how many
+  characters of string i are matched after token v's text is read with q
+  already matched, or -1 when the string completes inside that text. So a
+  row stops whatever tokens spell the string: "</action>" alone, after a
+  space (" </", "action", ">") or merged with what follows (">.").
+
+  Args:
+    tokenizer: a Hugging Face tokenizer; a token's text is
+      `convert_tokens_to_string([token])`.
+    stop_strings: the strings; None or empty gives None (no table).
+    vocab_size: V, the model's (ids the tokenizer lacks read as no text).
+
+  Returns:
+    [n, m, V] int16 (m: the longest string's length), or None.
   """
-  seqs = set()
-  for s in stop_strings:
-    ids = tuple(tokenizer.encode(s, add_special_tokens=False))
-    if ids:
-      seqs.add(ids)
-    for tok, i in tokenizer.get_vocab().items():
-      text = tokenizer.convert_tokens_to_string([tok])
-      if s in text:
-        seqs.add((i,))
-  return tuple(sorted(seqs))
+  strings = [s for s in stop_strings or () if s]
+  if not strings:
+    return None
+  m = max(len(s) for s in strings)
+  if m >= 2 ** 15:
+    raise ValueError(f"stop strings of {m} characters are too long")
+  texts = [""] * vocab_size
+  for tok, i in tokenizer.get_vocab().items():
+    if i < vocab_size:
+      texts[i] = tokenizer.convert_tokens_to_string([tok])
+  table = np.zeros((len(strings), m, vocab_size), np.int16)
+  for k, s in enumerate(strings):
+    step = _kmp_steps(s)
+    chars = set(s)
+    for v, text in enumerate(texts):
+      if not chars.intersection(text):
+        continue  # every state falls back to 0
+      for q in range(len(s)):
+        r = q
+        for ch in text:
+          r = step[r].get(ch, 0)
+          if r == len(s):
+            r = -1
+            break
+        table[k, q, v] = r
+  return table
+
+
+def _kmp_steps(s: str) -> list[dict[str, int]]:
+  """[q][char] -> characters of `s` matched after reading char with q
+  matched (absent: 0); q runs over 0..len(s)-1."""
+  fail = [0] * len(s)
+  for i in range(1, len(s)):
+    k = fail[i - 1]
+    while k and s[i] != s[k]:
+      k = fail[k - 1]
+    fail[i] = k + (s[i] == s[k])
+  steps = []
+  for q in range(len(s)):
+    nxt = dict(steps[fail[q - 1]]) if q else {}
+    nxt[s[q]] = q + 1
+    steps.append(nxt)
+  return steps
 
 
 def generate_text(params, config, tokenizer, prompts: Sequence[str], *,
@@ -314,7 +378,8 @@ def generate_text(params, config, tokenizer, prompts: Sequence[str], *,
                rng if rng is not None else jax.random.key(0), config=config,
                max_new_tokens=max_new_tokens, sampling=sampling,
                eos_ids=tuple(config.eos_token_ids),
-               stop_seqs=stop_token_sequences(tokenizer, stop_strings),
+               stop_table=stop_string_table(tokenizer, stop_strings,
+                                            config.vocab_size),
                pad_id=pad)
   tokens, lengths = jax.device_get((out.tokens, out.lengths))
   texts = []

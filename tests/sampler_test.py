@@ -174,3 +174,84 @@ def test_bad_inputs():
   with pytest.raises(ValueError, match="context"):
     sampler.sample(params, b.tokens, b.mask, jax.random.key(0), config=cfg,
                    max_new_tokens=cfg.max_position_embeddings)
+
+
+class _TextVocab:
+  """A tokenizer stand-in: token i's text is TEXTS[i]."""
+
+  def __init__(self, texts):
+    self.texts = texts
+
+  def get_vocab(self):
+    return {f"t{i}": i for i in range(len(self.texts))}
+
+  def convert_tokens_to_string(self, tokens):
+    return "".join(self.texts[int(t[1:])] for t in tokens)
+
+
+STOP_TEXTS = ["</", "action", ">", ">.", " </", "look", "<", "/action>",
+              "x", "</action>\n", "a", "<</"]
+
+
+def _first_stop(table, rows):
+  """Index of the token at which each row's matchers fire (-1: never)."""
+  rows = np.asarray(rows, np.int32)
+  step = jax.jit(sampler._match_step)  # pylint: disable=protected-access
+  matched = jnp.zeros((rows.shape[0], table.shape[0]), jnp.int32)
+  first = np.full(rows.shape[0], -1)
+  for t in range(rows.shape[1]):
+    matched, hit = step(jnp.asarray(table), matched, jnp.asarray(rows[:, t]))
+    first = np.where((first < 0) & np.asarray(hit), t, first)
+  return first
+
+
+def test_stop_strings_end_rows_however_tokens_split_them():
+  table = sampler.stop_string_table(_TextVocab(STOP_TEXTS), ["</action>"],
+                                    vocab_size=len(STOP_TEXTS) + 2)
+  assert table.shape == (1, 9, len(STOP_TEXTS) + 2)
+  cases = {(5, 0, 1, 2): 3,  # look </ action >
+           (5, 4, 1, 3): 3,  # look " </" action ">."
+           (6, 7, 8, 8): 1,  # < /action>
+           (9, 8, 8, 8): 0,  # one token holds it
+           (11, 1, 2, 8): 2,  # "<</" action >: the matcher falls back
+           (0, 1, 8, 2): -1,  # </actionx>
+           (0, 10, 8, 2): -1,  # </ax>
+           (13, 0, 1, 2): 3}  # an id the tokenizer lacks reads as no text
+  got = _first_stop(table, list(cases))
+  np.testing.assert_array_equal(got, list(cases.values()))
+  assert sampler.stop_string_table(_TextVocab(STOP_TEXTS), [], 5) is None
+
+
+def test_stop_table_agrees_with_the_decoded_text():
+  rng = np.random.default_rng(0)
+  strings = ["</action>", "aa<"]
+  table = sampler.stop_string_table(_TextVocab(STOP_TEXTS), strings,
+                                    vocab_size=len(STOP_TEXTS))
+  rows = rng.integers(0, len(STOP_TEXTS), size=(300, 8))
+  rows[:100, 2:6] = [0, 1, 2, 8]  # make sure many rows stop
+  want = []
+  for row in rows:
+    text, at = "", -1
+    for t, tok in enumerate(row):
+      text += STOP_TEXTS[tok]
+      if any(s in text for s in strings):
+        at = t
+        break
+    want.append(at)
+  np.testing.assert_array_equal(_first_stop(table, rows), want)
+
+
+def test_sampler_stops_on_a_string_split_across_tokens():
+  cfg, params = _plus_one_model()
+  texts = [f"<{i}>" for i in range(V)]
+  texts[6], texts[7], texts[8] = " </", "action", ">."
+  table = sampler.stop_string_table(_TextVocab(texts), ["</action>"], V)
+  batch = sampler.pad_left([[5], [6], [20]], buckets=(2,))
+  out = sampler.sample(params, batch.tokens, batch.mask, jax.random.key(0),
+                       config=cfg, max_new_tokens=6, stop_table=table,
+                       pad_id=0)
+  np.testing.assert_array_equal(out.tokens, [[6, 7, 8, 0, 0, 0],
+                                             [7, 8, 9, 10, 11, 12],
+                                             [21, 22, 23, 24, 25, 26]])
+  np.testing.assert_array_equal(out.lengths, [3, 6, 6])
+  np.testing.assert_array_equal(out.done, [True, False, False])

@@ -159,7 +159,7 @@ def test_analysis_is_not_cut_at_the_rollout_stop_string(policy):
   # rollout stops at "</action>", which would cut the JSON unparseable.
   trainer = _trainer(policy)
   assert "</action>" in trainer.policy.stop_strings
-  assert trainer.analyst.stop_strings == () and not trainer.analyst.stop_seqs
+  assert trainer.analyst.stop_strings == () and trainer.analyst.stop_table is None
   skill = "Reply with one action inside <action> </action> and nothing else."
   _stub_analyst(trainer, json.dumps({"episode_summary": "s",
                                      "episode_skill": skill}))
