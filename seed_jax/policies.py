@@ -53,9 +53,12 @@ class Stage1Config:
   learning_rate: float = 1e-5
   response_len_max: int = 256
   max_prompt_chars: int | None = None
-  # The analysis prompt must match RL's (trainer.RLConfig's fields of the
-  # same names). The rule annotator writes no critical-step skills; a
-  # teacher annotator can.
+  # The longest analysis prompt in tokens (None: the largest of `buckets`
+  # that leaves room for response_len_max); longer ones are cut further.
+  max_prompt_tokens: int | None = None
+  # The analysis prompt must match RL's (trainer.RLConfig's analysis_mode,
+  # max_critical_steps, analysis_max_chars and analysis_max_prompt_tokens).
+  # The rule annotator writes no critical-step skills; a teacher can.
   analysis_mode: str = "episode_only"
   max_critical_steps: int = 3
   buckets: tuple[int, ...] = sampler_lib.DEFAULT_BUCKETS
@@ -127,12 +130,24 @@ def run_stage1(policy: Policy, cfg: Stage1Config, workdir: epath.Path, *,
   annotator = annotators.annotate if cfg.annotator == "rule" else teacher
   if annotator is None:
     raise ValueError("Stage 1 with annotator='teacher' needs a teacher")
+  room = [b for b in cfg.buckets
+          if b + cfg.response_len_max <= policy.config.max_position_embeddings]
+  if not room:
+    raise ValueError(f"no Stage-1 bucket of {cfg.buckets} leaves room for "
+                     f"response_len_max={cfg.response_len_max} in the "
+                     f"model's {policy.config.max_position_embeddings} "
+                     "positions")
+  max_tokens = cfg.max_prompt_tokens or max(room)
+  if max_tokens > max(room):
+    raise ValueError(f"Stage1Config.max_prompt_tokens={max_tokens} exceeds "
+                     f"the largest bucket SFT can train on ({max(room)})")
   records, stats = stage1_lib.collect_records(
       gen, env_name, num_tasks=cfg.num_tasks, group_size=cfg.group_size,
       max_steps=cfg.max_steps, annotator=annotator,
       rng=jax.random.key(seed + 1), history_length=cfg.history_length,
       mode=cfg.analysis_mode, max_critical_steps=cfg.max_critical_steps,
-      max_prompt_chars=cfg.max_prompt_chars)
+      max_prompt_chars=cfg.max_prompt_chars, encode=rl_policy.encode,
+      max_prompt_tokens=max_tokens)
   data_dir = workdir / "stage1_data"
   stage1_lib.write_dataset(records, data_dir, seed=seed, overwrite=True)
   train = stage1_lib.read_dataset(data_dir, "train")

@@ -10,7 +10,7 @@ import dataclasses
 import json
 import re
 import threading
-from typing import Any
+from typing import Any, Callable
 
 from seed_jax.episodes import Episode, Step
 
@@ -141,6 +141,39 @@ def build_analysis_prompt(episode: Episode, *, mode: str = "episode_only",
   kept, cut = _fit_blocks(header, blocks, max_chars)
   text = "\n\n".join([header] + kept)
   return AnalysisPrompt(text=text, num_steps=len(episode.steps), steps_cut=cut)
+
+
+def fit_analysis_prompt(episode: Episode, *, encode: Callable[[str], list],
+                        max_tokens: int, mode: str = "episode_only",
+                        max_critical_steps: int = 3,
+                        max_chars: int | None = None) -> AnalysisPrompt | None:
+  """`build_analysis_prompt`, its steps cut further in the middle while the
+  encoded prompt is longer than `max_tokens`.
+
+  Stage 1 and RL both call this with the same budgets, so their prompts stay
+  byte-identical however long the episode.
+
+  Args:
+    episode, mode, max_critical_steps, max_chars: as `build_analysis_prompt`.
+    encode: text -> token ids as the policy will see them (chat template
+      included), e.g. `rollout.Policy.encode`.
+    max_tokens: the longest prompt allowed, in tokens.
+
+  Returns:
+    The prompt, or None when the instructions and the last step alone are
+    longer than `max_tokens`.
+  """
+  budget = max_chars
+  while True:
+    built = build_analysis_prompt(episode, mode=mode,
+                                  max_critical_steps=max_critical_steps,
+                                  max_chars=budget)
+    n = len(encode(built.text))
+    if n <= max_tokens:
+      return built
+    if built.num_steps - built.steps_cut <= 1:
+      return None
+    budget = min(len(built.text) - 1, len(built.text) * max_tokens // n)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -90,6 +90,8 @@ def collect_records(
     group_size: int, max_steps: int, annotator: Any, rng: jax.Array,
     history_length: int = 2, mode: str = "episode_only",
     max_critical_steps: int = 3, max_prompt_chars: int | None = None,
+    encode: Callable[[str], list] | None = None,
+    max_prompt_tokens: int | None = None,
     tasks_per_batch: int | None = None, task_offset: int = 0,
     pool_factory: Callable[..., envs_base.EnvPool] = envs_base.EnvPool,
 ) -> tuple[list[Record], dict[str, Any]]:
@@ -114,6 +116,10 @@ def collect_records(
     history_length: k (observation, action) pairs in rollout prompts.
     mode, max_critical_steps, max_prompt_chars: of the analysis prompt (as
       `skills.build_analysis_prompt`; RL must use the same).
+    encode, max_prompt_tokens: with both, prompts are cut further to fit
+      `max_prompt_tokens` (`skills.fit_analysis_prompt`, RL's limit), and an
+      episode whose prompt cannot fit is counted in `prompt_too_long` and not
+      annotated.
     tasks_per_batch: task groups rolled out and annotated at once (None:
       all); with a teacher, a smaller batch loses less when it goes down.
     task_offset: first train-split seed index, to resume a collection.
@@ -124,7 +130,8 @@ def collect_records(
   Returns:
     (records, stats): records (dicts with FIELDS) in episode order; stats:
     tasks, episodes, successes, env_steps, steps_cut (in kept prompts),
-    records, parsed, failed, parse_rate and failed/<reason>.
+    prompt_too_long, records, parsed, failed, parse_rate and
+    failed/<reason>.
 
   Raises:
     CollectionInterrupted: when the teacher is unavailable after its
@@ -141,7 +148,17 @@ def collect_records(
   records: list[Record] = []
   parse = skills.ParseStats()
   counts = collections.Counter(dict.fromkeys(
-      ("tasks", "episodes", "successes", "env_steps", "steps_cut"), 0))
+      ("tasks", "episodes", "successes", "env_steps", "steps_cut",
+       "prompt_too_long"), 0))
+
+  def prompt(ep) -> skills.AnalysisPrompt | None:
+    if encode is None or max_prompt_tokens is None:
+      return skills.build_analysis_prompt(
+          ep, mode=mode, max_critical_steps=max_critical_steps,
+          max_chars=max_prompt_chars)
+    return skills.fit_analysis_prompt(
+        ep, encode=encode, max_tokens=max_prompt_tokens, mode=mode,
+        max_critical_steps=max_critical_steps, max_chars=max_prompt_chars)
 
   def stats() -> dict[str, Any]:
     return dict(counts, records=len(records), **parse.as_dict())
@@ -159,6 +176,10 @@ def collect_records(
     counts.update(tasks=len(chunk), episodes=len(eps),
                   env_steps=result.env_steps,
                   successes=sum(bool(e.success) for e in eps))
+    prompts = [prompt(ep) for ep in eps]
+    counts["prompt_too_long"] += sum(p is None for p in prompts)
+    eps, prompts = ([e for e, p in zip(eps, prompts) if p is not None],
+                    [p for p in prompts if p is not None])
     error, answered = None, [True] * len(eps)
     try:
       replies = _annotate(annotator, eps)
@@ -166,18 +187,15 @@ def collect_records(
       error = e
       replies = list(e.partial or [None] * len(eps))
       answered = list(e.completed or [r is not None for r in replies])
-    for ep, reply, ok in zip(eps, replies, answered):
+    for ep, built, reply, ok in zip(eps, prompts, replies, answered):
       if not ok:  # never answered: neither kept nor counted as unparsed
         continue
-      prompt = skills.build_analysis_prompt(
-          ep, mode=mode, max_critical_steps=max_critical_steps,
-          max_chars=max_prompt_chars)
       analysis = parse.record(_analysis(reply, num_steps=ep.length,
                                         max_step_skills=k))
       if not isinstance(analysis, skills.Analysis):
         continue
-      counts["steps_cut"] += prompt.steps_cut
-      records.append(dict(prompt=prompt.text, response=analysis.to_json(),
+      counts["steps_cut"] += built.steps_cut
+      records.append(dict(prompt=built.text, response=analysis.to_json(),
                           task=ep.task, family=ep.family,
                           success=bool(ep.success)))
     if error is not None:

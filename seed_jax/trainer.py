@@ -64,9 +64,11 @@ class RLConfig:
   max_new_tokens: int = 64  # response budget per turn
   analysis_max_new_tokens: int = 160
   analysis_mode: str = "episode_only"
-  # The analysis prompt's budget (Stage 1's, for byte-identical prompts); a
-  # prompt still over the largest bucket in tokens is cut further.
+  # The analysis prompt's budgets, in characters and in tokens (None: the
+  # largest prompt bucket); Stage 1's must be the same (Stage1Config's
+  # max_prompt_chars and max_prompt_tokens) for byte-identical prompts.
   analysis_max_chars: int | None = None
+  analysis_max_prompt_tokens: int | None = None
   max_critical_steps: int = 3
   prompt_buckets: tuple[int, ...] = (128, 256, 384, 512, 768, 1024, 2048)
   mini_batch_size: int = 32  # rows per optimizer step
@@ -267,6 +269,14 @@ class RLTrainer:
     self.analyst = rollout_lib.Policy(
         model_config, tokenizer, max_new_tokens=rl.analysis_max_new_tokens,
         buckets=rl.prompt_buckets, min_rows=8, stop_strings=())
+    self.analysis_max_tokens = rl.analysis_max_prompt_tokens or max(
+        self.analyst.buckets)
+    if self.analysis_max_tokens > max(self.analyst.buckets):
+      raise ValueError(
+          f"analysis_max_prompt_tokens={rl.analysis_max_prompt_tokens} "
+          f"exceeds the largest prompt bucket that leaves room for "
+          f"analysis_max_new_tokens={rl.analysis_max_new_tokens} "
+          f"({max(self.analyst.buckets)})")
     self.pad_id = self.policy.pad_id
     self.pool = envs_base.EnvPool(
         env_name, num_groups=rl.num_groups // self.chunks,
@@ -352,7 +362,11 @@ class RLTrainer:
           if isinstance(parsed, skills.Analysis):
             found[ep.traj_uid] = parsed
       return found, {"analyses_parsed": len(found) / max(len(episodes), 1)}
-    built = [self._analysis_prompt(ep) for ep in episodes]
+    built = [skills.fit_analysis_prompt(
+        ep, encode=self.analyst.encode, max_tokens=self.analysis_max_tokens,
+        mode=self.rl.analysis_mode,
+        max_critical_steps=self.rl.max_critical_steps,
+        max_chars=self.rl.analysis_max_chars) for ep in episodes]
     gens = iter(self.analyst.generate(
         params, [b.text for b in built if b is not None], rng,
         sampler_lib.Greedy()))
@@ -368,27 +382,6 @@ class RLTrainer:
     return found, {"analyses_parsed": stats.rate,
                    "analysis_steps_cut": float(sum(b.steps_cut for b in fitted)),
                    "analysis_prompts_too_long": float(len(built) - len(fitted))}
-
-  def _analysis_prompt(self, ep) -> skills.AnalysisPrompt | None:
-    """`ep`'s analysis prompt within `analysis_max_chars`, its steps cut
-    further in the middle while its tokens exceed the largest prompt bucket.
-
-    None when the instructions and the last step alone do not fit: that
-    episode goes unanalyzed (a failed parse, "prompt_too_long") and still
-    takes part in GRPO, instead of the over-long prompt stopping the update.
-    """
-    limit = self.analyst.buckets[-1]
-    budget = self.rl.analysis_max_chars
-    while True:
-      built = skills.build_analysis_prompt(
-          ep, mode=self.rl.analysis_mode,
-          max_critical_steps=self.rl.max_critical_steps, max_chars=budget)
-      n = len(self.analyst.encode(built.text))
-      if n <= limit:
-        return built
-      if built.num_steps - built.steps_cut <= 1:
-        return None
-      budget = min(len(built.text) - 1, len(built.text) * limit // n)
 
   def _play_chunk(self, params, chunk: int, rng_roll, rng_an,
                   update_index: int) -> dict[str, Any]:

@@ -65,6 +65,40 @@ def test_collect_records_keeps_parseable_analyses():
                                                       ep.success)
 
 
+def test_collect_records_fits_prompts_as_rl_does():
+  encode = lambda text: list(text.encode())  # one token per byte
+  pool_factory, generate = testing.scripted_rollouts()
+  seen = []
+
+  def annotator(ep):
+    seen.append(ep)
+    return annotators.annotate(ep)
+
+  kw = dict(num_tasks=3, group_size=2, max_steps=8, annotator=annotator,
+            pool_factory=pool_factory, encode=encode)
+  full, _ = stage1.collect_records(generate, "household",
+                                   rng=jax.random.key(0), **kw)
+  sizes = sorted(len(encode(r["prompt"])) for r in full)
+  limit = sizes[len(sizes) // 2] - 1  # at least half must be cut
+  seen.clear()
+  records, stats = stage1.collect_records(
+      generate, "household", rng=jax.random.key(0), max_prompt_tokens=limit,
+      **kw)
+  assert len(records) == len(seen) == 6 and stats["prompt_too_long"] == 0
+  assert stats["steps_cut"] > 0
+  for ep, r in zip(seen, records):
+    assert len(encode(r["prompt"])) <= limit
+    # What RL's trainer sends for the same episode and budgets.
+    rl = skills.fit_analysis_prompt(ep, encode=encode, max_tokens=limit)
+    assert r["prompt"] == rl.text
+  # Below the instructions alone nothing fits: counted, never annotated.
+  seen.clear()
+  records, stats = stage1.collect_records(
+      generate, "household", rng=jax.random.key(0), max_prompt_tokens=50,
+      **kw)
+  assert records == [] and seen == [] and stats["prompt_too_long"] == 6
+
+
 def test_collect_records_rejects_unknown_mode():
   with pytest.raises(ValueError, match="unknown analysis mode"):
     stage1.collect_records(None, "household", num_tasks=1, group_size=1,

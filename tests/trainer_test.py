@@ -181,7 +181,8 @@ def _episode(step_chars: list[int]):
 
 def test_long_analysis_prompts_are_cut_to_fit_or_left_out(policy):
   trainer = _trainer(policy)
-  limit = trainer.analyst.buckets[-1]
+  limit = trainer.analysis_max_tokens
+  assert limit == trainer.analyst.buckets[-1]  # by default the largest
   encode = lambda text: trainer.analyst.encode(text)
   # Twelve steps, too long together; the instructions and a few steps fit.
   long_ep = _episode([100] * 12)
@@ -194,7 +195,8 @@ def test_long_analysis_prompts_are_cut_to_fit_or_left_out(policy):
                                             "episode_skill": "k"}))
   found, stats = trainer._analyze(None, [long_ep, huge_ep], jax.random.key(0))
   assert len(sent) == 1 and len(sent[0]) <= limit
-  cut = trainer._analysis_prompt(long_ep)
+  cut = skills.fit_analysis_prompt(long_ep, encode=encode, max_tokens=limit,
+                                  mode="episode_step", max_critical_steps=2)
   assert list(sent[0]) == encode(cut.text)
   assert 0 < cut.steps_cut < 11 and cut.num_steps == 12
   # Cut in the middle only: the instructions and the last step stay.
@@ -203,3 +205,18 @@ def test_long_analysis_prompts_are_cut_to_fit_or_left_out(policy):
   assert stats["analysis_prompts_too_long"] == 1.0
   assert stats["analysis_steps_cut"] == cut.steps_cut
   assert stats["analyses_parsed"] == 0.5 and len(found) == 1
+
+
+def test_analysis_token_budgets_must_fit_their_buckets(policy, tmp_path):
+  from seed_jax import policies
+  with pytest.raises(ValueError, match="analysis_max_prompt_tokens=4096 "
+                     "exceeds the largest prompt bucket"):
+    _trainer(policy, analysis_max_prompt_tokens=4096)
+  assert _trainer(policy,
+                  analysis_max_prompt_tokens=600).analysis_max_tokens == 600
+  start = policies.Policy(policy.config, policy.params, policy.tokenizer, {})
+  with pytest.raises(ValueError, match="max_prompt_tokens=4096 exceeds the "
+                     "largest bucket SFT can train on"):
+    policies.run_stage1(start, policies.Stage1Config(max_prompt_tokens=4096),
+                        tmp_path, env_name="household", max_new_tokens=8)
+  assert not list(tmp_path.iterdir())
