@@ -130,6 +130,17 @@ def run_stage1(policy: Policy, cfg: Stage1Config, workdir: epath.Path, *,
   annotator = annotators.annotate if cfg.annotator == "rule" else teacher
   if annotator is None:
     raise ValueError("Stage 1 with annotator='teacher' needs a teacher")
+  if cfg.annotator != "rule" and (
+      teacher.mode != cfg.analysis_mode or (
+          cfg.analysis_mode == "episode_step"
+          and teacher.max_critical_steps != cfg.max_critical_steps)):
+    # The records' prompts ask for what Stage1Config says; the replies must
+    # be parsed for the same.
+    raise ValueError(
+        f"the teacher analyzes in mode {teacher.mode!r} with "
+        f"max_critical_steps={teacher.max_critical_steps}, Stage 1 in mode "
+        f"{cfg.analysis_mode!r} with max_critical_steps="
+        f"{cfg.max_critical_steps}; bind them alike")
   room = [b for b in cfg.buckets
           if b + cfg.response_len_max <= policy.config.max_position_embeddings]
   if not room:

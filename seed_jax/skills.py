@@ -210,8 +210,9 @@ class ParseError:
   Attributes:
     reason: "no_json" (no decodable object), "missing_skill" (objects, none
       with "episode_skill"), "empty_skill" (only empty or unusable skills),
-      "not_text" (the input was not a string) or "prompt_too_long" (the
-      analysis prompt did not fit the policy's context; nothing was asked).
+      "not_text" (the input was not a string), "prompt_too_long" (the
+      analysis prompt did not fit the policy's context; nothing was asked) or
+      "rejected" (a teacher endpoint refused the request).
     detail: a short human-readable note.
   """
   reason: str

@@ -56,11 +56,13 @@ class CollectionInterrupted(teacher_lib.TeacherUnavailableError):
                  "write_dataset and resume from `.tasks_done`",)
 
 
-def _annotate(annotator, episodes: Sequence[Episode]) -> list[Reply]:
-  """Replies of a batch (`annotate_many`) or per-episode annotator; raises
-  TeacherUnavailableError with `.partial`/`.completed` over `episodes`."""
+def _annotate(annotator, episodes: Sequence[Episode],
+              prompts: Sequence[str]) -> list[Reply]:
+  """Replies of a batch (`annotate_many`, sent the records' `prompts`) or
+  per-episode annotator; raises TeacherUnavailableError with
+  `.partial`/`.completed` over `episodes`."""
   if hasattr(annotator, "annotate_many"):
-    return list(annotator.annotate_many(episodes))
+    return list(annotator.annotate_many(episodes, prompts))
   replies: list[Reply] = []
   for ep in episodes:
     try:
@@ -111,7 +113,8 @@ def collect_records(
       groups (train-split seeds), N episodes per task, the turn limit.
     annotator: `annotator(episode) -> dict | str | None` (e.g.
       `annotators.annotate`, `OpenAITeacher.annotate`), or an object with
-      `annotate_many(episodes) -> list` (e.g. an `OpenAITeacher`).
+      `annotate_many(episodes, prompts) -> list` (e.g. an `OpenAITeacher`),
+      sent the prompts the records will hold.
     rng: PRNG key of the rollouts.
     history_length: k (observation, action) pairs in rollout prompts.
     mode, max_critical_steps, max_prompt_chars: of the analysis prompt (as
@@ -182,7 +185,7 @@ def collect_records(
                     [p for p in prompts if p is not None])
     error, answered = None, [True] * len(eps)
     try:
-      replies = _annotate(annotator, eps)
+      replies = _annotate(annotator, eps, [p.text for p in prompts])
     except teacher_lib.TeacherUnavailableError as e:
       error = e
       replies = list(e.partial or [None] * len(eps))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import concurrent.futures
 import http.client
 import json
+import logging
 import os
 import threading
 import time
@@ -24,6 +25,9 @@ ENV_BASE_URL = "SEED_TEACHER_BASE_URL"
 ENV_MODEL = "SEED_TEACHER_MODEL"
 ENV_API_KEY = "SEED_TEACHER_API_KEY"
 _RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+# The endpoint refuses this one request (too long, malformed): the prompt
+# gets no reply and the others go on.
+_REJECT_STATUS = frozenset({400, 413, 422})
 
 
 class TeacherUnavailableError(RuntimeError):
@@ -51,6 +55,16 @@ class TeacherUnavailableError(RuntimeError):
                    completed: list[bool]) -> TeacherUnavailableError:
     return TeacherUnavailableError(self.url, self.attempts, self.reason,
                                    self.status, partial, completed)
+
+
+class TeacherRejectedError(RuntimeError):
+  """The endpoint refused one request (HTTP 400, 413 or 422, e.g. a prompt
+  over its context); not retried. The *_many methods give that prompt None
+  and go on."""
+
+  def __init__(self, url: str, reason: str, status: int):
+    super().__init__(f"teacher endpoint {url} rejected a request: {reason}")
+    self.url, self.reason, self.status = url, reason, status
 
 
 class _Retryable(Exception):
@@ -146,6 +160,7 @@ class OpenAITeacher:
     self.stats = skills.ParseStats()
     self.requests = 0  # HTTP requests sent, retries included
     self.steps_cut = 0  # steps cut from analysis prompts by the budget
+    self.rejected = 0  # prompts the endpoint refused (no reply)
     self._lock = threading.Lock()
 
   def __repr__(self) -> str:  # never shows the key
@@ -170,6 +185,8 @@ class OpenAITeacher:
       reason = f"HTTP {e.code} {e.reason}"
       if e.code in _RETRY_STATUS:
         raise _Retryable(reason, e.code, _retry_after(e.headers)) from e
+      if e.code in _REJECT_STATUS:
+        raise TeacherRejectedError(self.url, reason, e.code) from e
       raise TeacherUnavailableError(self.url, 1, reason, e.code) from e
     except (OSError, http.client.HTTPException) as e:  # refused, timeout, ...
       raise _Retryable(f"{type(e).__name__}: {getattr(e, 'reason', e)}") from e
@@ -190,6 +207,8 @@ class OpenAITeacher:
     Raises:
       TeacherUnavailableError: after `max_retries` retries of retryable
         failures, or at once on another HTTP error (e.g. 401, 404).
+      TeacherRejectedError: at once when the endpoint refuses this request
+        (400, 413, 422).
     """
     attempt = 0
     while True:
@@ -216,7 +235,8 @@ class OpenAITeacher:
       prompts: user messages.
 
     Returns:
-      Replies in input order.
+      Replies in input order; None for a prompt the endpoint rejected
+      (counted in `rejected`).
 
     Raises:
       TeacherUnavailableError: as soon as one prompt fails for good; pending
@@ -235,6 +255,10 @@ class OpenAITeacher:
       for future in concurrent.futures.as_completed(futures):
         try:
           results[futures[future]] = future.result()
+        except TeacherRejectedError as e:
+          logging.warning("%s", e)
+          with self._lock:
+            self.rejected += 1
         except TeacherUnavailableError as e:
           if error is None:
             error = e
@@ -257,7 +281,11 @@ class OpenAITeacher:
       self.steps_cut += built.steps_cut
     return built.text
 
-  def _parse(self, reply: str, episode: Episode) -> dict[str, Any] | None:
+  def _parse(self, reply: str | None, episode: Episode
+             ) -> dict[str, Any] | None:
+    if reply is None:  # rejected by the endpoint
+      self.stats.record(skills.ParseError("rejected"))
+      return None
     k = self.max_critical_steps if self.mode == "episode_step" else 0
     result = self.stats.record(skills.parse_analysis(
         reply, num_steps=episode.length, max_step_skills=k))
@@ -272,19 +300,31 @@ class OpenAITeacher:
     Returns:
       {"episode_summary": str, "episode_skill": str} (plus "step_skills"
       {"<step number>": str} in "episode_step" mode when any), or None when
-      the reply never parses (counted in `stats`).
+      the reply never parses or the endpoint rejects the request (counted
+      in `stats`).
 
     Raises:
       TeacherUnavailableError: when the endpoint is down (see `complete`).
     """
-    return self._parse(self.complete(self._prompt(episode)), episode)
+    try:
+      reply = self.complete(self._prompt(episode))
+    except TeacherRejectedError as e:
+      logging.warning("%s", e)
+      with self._lock:
+        self.rejected += 1
+      reply = None
+    return self._parse(reply, episode)
 
-  def annotate_many(self, episodes: Sequence[Episode]
+  def annotate_many(self, episodes: Sequence[Episode],
+                    prompts: Sequence[str] | None = None
                     ) -> list[dict[str, Any] | None]:
     """Analyzes episodes concurrently; unparsed replies give None (counted).
 
     Args:
       episodes: finished episodes.
+      prompts: the analysis prompts to send, one per episode (default: each
+        built with this teacher's mode and budget); Stage 1 passes the ones
+        its records keep, so the teacher sees what SFT will show.
 
     Returns:
       One annotation (as `annotate`) or None per episode, in order.
@@ -294,7 +334,10 @@ class OpenAITeacher:
         the annotations made so far and `.completed` which episodes got a
         reply, so a caller can save what was kept and resume with the rest.
     """
-    prompts = [self._prompt(ep) for ep in episodes]
+    if prompts is None:
+      prompts = [self._prompt(ep) for ep in episodes]
+    elif len(prompts) != len(episodes):
+      raise ValueError(f"{len(prompts)} prompts for {len(episodes)} episodes")
     try:
       replies = self.complete_many(prompts)
     except TeacherUnavailableError as e:

@@ -162,11 +162,11 @@ def test_down_teacher_fails_clearly_and_keeps_records(tmp_path, batch):
   class GoesDown:
     """Answers the first batch with the rule-based annotator, then is down."""
 
-    def annotate_many(self, episodes):
+    def annotate_many(self, episodes, prompts):
       calls.append(len(episodes))
       if len(calls) == 1:
         return [annotators.annotate(ep) for ep in episodes]
-      return down.annotate_many(episodes)
+      return down.annotate_many(episodes, prompts)
 
   def per_episode(ep):  # the first five episodes answered, then down
     calls.append(1)

@@ -11,7 +11,8 @@ import pytest
 
 from seed_jax import teacher as teacher_lib
 from seed_jax.episodes import Episode, Step
-from seed_jax.teacher import OpenAITeacher, TeacherUnavailableError
+from seed_jax.teacher import OpenAITeacher, TeacherRejectedError
+from seed_jax.teacher import TeacherUnavailableError
 
 _GOOD = {"episode_summary": "Took the mug.", "episode_skill": "Look first."}
 
@@ -23,6 +24,7 @@ class _Stub:
   "GARBAGE": the reply content is not JSON.
   "BADBODY": the HTTP body is not JSON (every time).
   "DENY": answers 401.
+  "REJECT": answers 400 (a request the endpoint refuses).
   "SLOW": waits until two requests have been in flight at once (at most
     1 s), then 50 ms more (to observe concurrency on a loaded machine too).
   Otherwise: a fenced JSON analysis.
@@ -72,6 +74,8 @@ def _handler(stub):
             return self._send(500, {"error": "boom"})
         if "DENY" in prompt:
           return self._send(401, {"error": "bad key"})
+        if "REJECT" in prompt:
+          return self._send(400, {"error": "context length exceeded"})
         if "BADBODY" in prompt:
           return self._send(200, b"<html>oops</html>")
         content = ("I am not sure what happened." if "GARBAGE" in prompt
@@ -240,6 +244,28 @@ def test_annotate_many_keeps_order_and_limits_concurrency(server):
   assert (teacher.stats.parsed, teacher.stats.failed) == (4, 2)
   assert teacher.steps_cut == 12  # the budget cut 2 of 3 steps per prompt
   assert teacher.requests == 7  # one retry
+
+
+def test_a_rejected_request_fails_only_its_episode(server):
+  teacher = _teacher(server.base_url, max_retries=3, max_concurrency=2)
+  got = teacher.annotate_many([_episode(t) for t in ("a", "REJECT b", "c")])
+  assert got == [_GOOD, None, _GOOD]
+  assert teacher.rejected == 1 and teacher.requests == 3  # not retried
+  assert teacher.stats.as_dict()["failed/rejected"] == 1
+  assert teacher.annotate(_episode("REJECT d")) is None
+  assert teacher.rejected == 2 and teacher._sleep == []
+  with pytest.raises(TeacherRejectedError, match="HTTP 400"):
+    teacher.complete("REJECT e")
+
+
+def test_annotate_many_sends_the_given_prompts(server):
+  teacher = _teacher(server.base_url)
+  eps = [_episode("a"), _episode("b")]
+  assert teacher.annotate_many(eps, ["first prompt", "second"]) == [_GOOD] * 2
+  sent = sorted(r["body"]["messages"][0]["content"] for r in server.requests)
+  assert sent == ["first prompt", "second"]
+  with pytest.raises(ValueError, match="1 prompts for 2 episodes"):
+    teacher.annotate_many(eps, ["one"])
 
 
 def test_complete_many_empty():

@@ -207,7 +207,7 @@ def test_long_analysis_prompts_are_cut_to_fit_or_left_out(policy):
   assert stats["analyses_parsed"] == 0.5 and len(found) == 1
 
 
-def test_analysis_token_budgets_must_fit_their_buckets(policy, tmp_path):
+def test_stage1_and_rl_budgets_are_checked(policy, tmp_path):
   from seed_jax import policies
   with pytest.raises(ValueError, match="analysis_max_prompt_tokens=4096 "
                      "exceeds the largest prompt bucket"):
@@ -219,4 +219,10 @@ def test_analysis_token_budgets_must_fit_their_buckets(policy, tmp_path):
                      "largest bucket SFT can train on"):
     policies.run_stage1(start, policies.Stage1Config(max_prompt_tokens=4096),
                         tmp_path, env_name="household", max_new_tokens=8)
+  teacher = teacher_lib.OpenAITeacher("http://127.0.0.1:9/v1", "m")
+  with pytest.raises(ValueError, match="bind them alike"):
+    policies.run_stage1(
+        start, policies.Stage1Config(annotator="teacher",
+                                     analysis_mode="episode_step"),
+        tmp_path, env_name="household", max_new_tokens=8, teacher=teacher)
   assert not list(tmp_path.iterdir())
