@@ -178,7 +178,10 @@ def train(workdir: str, *,
     history.append(done, scalars)
     writer.write_scalars(done, scalars)
     print(metrics_lib.format_progress(done, scalars), flush=True)
-    if nonfinite_run == 0:
+    # After skipped (non-finite) steps no checkpoint is taken, so that a
+    # resume retries from the last clean update; except the final one, whose
+    # state (skipped steps leave it as it was) is the one just reported.
+    if nonfinite_run == 0 or done == num_updates:
       ckpt.save(done, state, reference=reference, rng=rng,
                 host={"history": history.to_json()},
                 force=done == num_updates)

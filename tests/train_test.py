@@ -89,6 +89,26 @@ def test_non_finite_updates_stop_the_run_and_keep_the_last_checkpoint(
   assert history[-1]["skipped"] >= 1
 
 
+def test_a_final_update_with_skipped_steps_is_still_saved(tmp_path,
+                                                          monkeypatch):
+  from seed_jax import checkpoints
+  from seed_jax import train_step
+  workdir = str(tmp_path / "nan_last")
+  _run(workdir, "--gin.VARIANT='grpo'", "--gin.NUM_UPDATES=1")
+  real = train_step.rl_loss
+  monkeypatch.setattr(train_step, "rl_loss", lambda *a, **kw: (
+      lambda loss, metrics: (loss * float("nan"), metrics))(*real(*a, **kw)))
+  _run(workdir, "--gin.VARIANT='grpo'", "--gin.NUM_UPDATES=2")
+  ckpt = checkpoints.Checkpointer(workdir)
+  # The evaluation reported for update 2 is of a checkpointed state.
+  assert ckpt.all_steps() == [1, 2]
+  ckpt.close()
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    last = [json.loads(line) for line in f][-1]
+  assert last["update"] == 2 and last["skipped"] >= 1
+  assert "eval/unseen/success" in last
+
+
 def test_workdir_of_another_model_is_a_clear_error(tmp_path):
   workdir = str(tmp_path / "other")
   _run(workdir, "--gin.VARIANT='grpo'", "--gin.NUM_UPDATES=1")
