@@ -118,7 +118,8 @@ def evaluate_split(policy: rollout_lib.Policy, params, *, env_name: str,
                    history_length: int = 2, temperature: float = 0.4,
                    rng: jax.Array | None = None, batch_groups: int = 16,
                    env_kwargs=None) -> dict[str, float]:
-  """Success rate on `num_tasks` tasks of a split, no skills in the prompt.
+  """Success rate on `num_tasks` tasks of a split, no skills in the prompt
+  (sampled at `temperature`; 0 is greedy).
 
   Returns:
     {"success": overall rate, "success/<family>": per family, "tasks": n,
@@ -127,6 +128,8 @@ def evaluate_split(policy: rollout_lib.Policy, params, *, env_name: str,
   if num_tasks < 1:
     raise ValueError(f"evaluate_split needs num_tasks >= 1, got {num_tasks}")
   rng = rng if rng is not None else jax.random.key(0)
+  sampling = (sampler_lib.Greedy() if temperature == 0
+              else sampler_lib.Temperature(temperature))
   wins: dict[str, list[bool]] = collections.defaultdict(list)
   done = 0
   while done < num_tasks:
@@ -137,7 +140,7 @@ def evaluate_split(policy: rollout_lib.Policy, params, *, env_name: str,
     seeds = envs_base.split_seeds(split, groups, start=done)
     rng, sub = jax.random.split(rng)
     gen = lambda prompts, r: policy.generate(
-        params, prompts, r, sampler_lib.Temperature(temperature))
+        params, prompts, r, sampling)
     res = rollout_lib.rollout(gen, pool, sub, env_name=env_name,
                               max_steps=max_steps,
                               history_length=history_length,

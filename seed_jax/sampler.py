@@ -37,10 +37,18 @@ class Greedy:
     return jnp.min(jnp.where(logits == top, iota, logits.shape[-1]), axis=-1)
 
 
+def _check_temperature(t: float) -> None:
+  if not t > 0:
+    raise ValueError(f"temperature must be > 0 (use Greedy() for 0), got {t}")
+
+
 @dataclasses.dataclass(frozen=True)
 class Temperature:
   """Samples from softmax(logits / temperature)."""
   temperature: float = 1.0
+
+  def __post_init__(self):
+    _check_temperature(self.temperature)
 
   def __call__(self, logits, rng):
     return jax.random.categorical(rng, logits / self.temperature, axis=-1)
@@ -51,6 +59,11 @@ class TopK:
   """Samples among the k most likely tokens."""
   k: int
   temperature: float = 1.0
+
+  def __post_init__(self):
+    if self.k < 1:
+      raise ValueError(f"TopK needs k >= 1, got {self.k}")
+    _check_temperature(self.temperature)
 
   def __call__(self, logits, rng):
     kth = jax.lax.top_k(logits, self.k)[0][..., -1:]
@@ -63,6 +76,11 @@ class TopP:
   """Nucleus sampling: the smallest set of tokens with probability >= p."""
   p: float
   temperature: float = 1.0
+
+  def __post_init__(self):
+    if not 0.0 < self.p <= 1.0:
+      raise ValueError(f"TopP needs 0 < p <= 1, got {self.p}")
+    _check_temperature(self.temperature)
 
   def __call__(self, logits, rng):
     logits = logits / self.temperature

@@ -93,6 +93,9 @@ class RLConfig:
     if self.mini_batch_size % self.micro_batches:
       raise ValueError(f"mini_batch_size={self.mini_batch_size} does not "
                        f"split into micro_batches={self.micro_batches}")
+    if not self.temperature > 0:
+      raise ValueError(f"RL samples its rollouts: temperature must be > 0, "
+                       f"got {self.temperature}")
     if self.variant not in VARIANTS:
       raise ValueError(f"unknown variant {self.variant!r}; known: {VARIANTS}")
     if self.analyzer not in ANALYZERS:

@@ -126,6 +126,10 @@ def test_bad_inputs_are_clear_errors(tiny_run, tmp_path):
   os.remove(os.path.join(workdir, "config.gin"))
   with pytest.raises(SystemExit, match="config.gin is missing"):
     evaluate.main(["--workdir", workdir])
+  with pytest.raises(ValueError, match="temperature must be > 0"):
+    evaluate.evaluate_split(None, None, env_name="household",
+                            split="eval_seen", num_tasks=1, max_steps=3,
+                            temperature=-1.0)
   with pytest.raises(ValueError, match="num_tasks >= 1, got 0"):
     evaluate.evaluate_split(None, None, env_name="household",
                             split="eval_seen", num_tasks=0, max_steps=3)

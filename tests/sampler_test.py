@@ -164,6 +164,12 @@ def test_smollm2_greedy_matches_transformers(smollm2, smollm2_torch):
 
 def test_bad_inputs():
   cfg, params = _plus_one_model()
+  with pytest.raises(ValueError, match="use Greedy"):
+    sampler.Temperature(0.0)
+  with pytest.raises(ValueError, match="k >= 1"):
+    sampler.TopK(0)
+  with pytest.raises(ValueError, match="0 < p <= 1"):
+    sampler.TopP(1.5)
   with pytest.raises(ValueError, match="empty batch"):
     sampler.pad_left([])
   with pytest.raises(ValueError, match="exceeds the largest bucket"):

@@ -51,6 +51,8 @@ def test_step_knobs_are_checked():
     trainer_lib.RLConfig(step_advantage_weight=1.0, step_gamma=1.5)
   with pytest.raises(ValueError, match="max_critical_steps"):
     trainer_lib.RLConfig(max_critical_steps=0)
+  with pytest.raises(ValueError, match="temperature must be > 0"):
+    trainer_lib.RLConfig(temperature=0.0)
   assert trainer_lib.RLConfig(analysis_mode="episode_step").step_skills == 3
   assert trainer_lib.RLConfig().step_skills == 0
 
