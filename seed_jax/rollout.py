@@ -208,6 +208,9 @@ def rollout(generate: GenerateFn, pool: envs_base.EnvPool, rng: jax.Array, *,
         infos[i]["admissible_actions"], history_length=history_length)
                for i in active]
     gens = generate(prompts, sub)
+    if len(gens) != len(prompts):  # zip would drop the unanswered steps
+      raise ValueError(f"generate returned {len(gens)} responses for "
+                       f"{len(prompts)} prompts")
     actions: list[str | None] = [None] * n
     valid = {}
     for i, prompt, gen in zip(active, prompts, gens):

@@ -40,20 +40,26 @@ Reply = Mapping[str, Any] | str | skills.Analysis | None
 class CollectionInterrupted(teacher_lib.TeacherUnavailableError):
   """The teacher went down during `collect_records`.
 
-  Attributes (besides TeacherUnavailableError's): `records` kept so far (the
-  interrupted batch's answered episodes included), for `write_dataset`;
-  `stats` so far; `tasks_done`, the task groups fully annotated (resume with
-  `task_offset=task_offset + tasks_done`).
+  Attributes (besides TeacherUnavailableError's): `records` of the task
+  groups fully annotated, for `write_dataset`; `tasks_done`, how many groups
+  that is (resume with `task_offset=task_offset + tasks_done`, which redoes
+  the interrupted batch); `partial_records`, that batch's answered episodes
+  (the resume writes them again: keep them only when not resuming); `stats`
+  so far.
   """
 
   def __init__(self, cause: teacher_lib.TeacherUnavailableError,
-               records: list[Record], stats: dict[str, Any], tasks_done: int):
+               records: list[Record], stats: dict[str, Any], tasks_done: int,
+               partial_records: list[Record]):
     super().__init__(cause.url, cause.attempts, cause.reason, cause.status,
                      cause.partial, cause.completed)
     self.records, self.stats, self.tasks_done = records, stats, tasks_done
-    self.args = (f"{cause}; kept {len(records)} record(s) after {tasks_done} "
-                 "fully annotated task group(s): write `.records` with "
-                 "write_dataset and resume from `.tasks_done`",)
+    self.partial_records = partial_records
+    self.args = (f"{cause}; kept {len(records)} record(s) of {tasks_done} "
+                 f"fully annotated task group(s) ({len(partial_records)} "
+                 "more of the interrupted batch in `.partial_records`): write "
+                 "`.records` with write_dataset and resume from "
+                 "`.tasks_done`",)
 
 
 def _annotate(annotator, episodes: Sequence[Episode],
@@ -168,6 +174,7 @@ def collect_records(
 
   for start in range(0, num_tasks, per_batch):
     chunk = seeds[start:start + per_batch]
+    complete = len(records)  # records of fully annotated batches
     rng, sub = jax.random.split(rng)
     pool = pool_factory(env_name, num_groups=len(chunk), group_size=group_size,
                         split="train", max_steps=max_steps)
@@ -202,7 +209,8 @@ def collect_records(
                           task=ep.task, family=ep.family,
                           success=bool(ep.success)))
     if error is not None:
-      raise CollectionInterrupted(error, records, stats(), start) from error
+      raise CollectionInterrupted(error, records[:complete], stats(), start,
+                                  records[complete:]) from error
     logging.info("stage1: %d/%d task groups collected, %d records",
                  start + len(chunk), num_tasks, len(records))
   return records, stats()

@@ -3,6 +3,7 @@ sampler's log-probs agree with the scorer."""
 
 import jax
 import numpy as np
+import pytest
 
 from seed_jax import envs
 from seed_jax import model as model_lib
@@ -72,6 +73,15 @@ def test_scripted_rollout_samples():
   assert arrays["prompts"].shape == (len(res.samples), 4)
   assert (arrays["response_mask"].sum(1) == 3).all()
   np.testing.assert_allclose(arrays["old_logp"][0], [-0.5, -0.25, -0.125])
+
+
+def test_a_generate_that_drops_responses_is_an_error():
+  pool = base.EnvPool("household", num_groups=1, group_size=2, max_steps=3)
+  generate, _ = _scripted(pool)
+  short = lambda prompts, rng: generate(prompts, rng)[:-1]
+  with pytest.raises(ValueError, match="1 responses for 2 prompts"):
+    rollout.rollout(short, pool, jax.random.key(0), env_name="household",
+                    max_steps=3, group_seeds=[0])
 
 
 def test_env_error_mid_episode_fails_only_that_episode():
