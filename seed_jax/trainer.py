@@ -237,6 +237,11 @@ class RLTrainer:
     self.tx = tx
     self.env_name = env_name
     self.env_kwargs = dict(env_kwargs or {})
+    taken = sorted(set(self.env_kwargs) & {"num_groups", "group_size",
+                                           "split", "max_steps"})
+    if taken:
+      raise ValueError(f"env_kwargs may not set {taken}: the RL config "
+                       "and the evaluation set them")
     self.teacher = teacher
     if rl.analyzes and rl.analyzer == "external":
       if teacher is None:

@@ -209,6 +209,13 @@ def test_long_analysis_prompts_are_cut_to_fit_or_left_out(policy):
   assert stats["analyses_parsed"] == 0.5 and len(found) == 1
 
 
+def test_env_kwargs_may_not_set_what_the_run_sets(policy):
+  with pytest.raises(ValueError, match=r"may not set \['max_steps'\]"):
+    trainer_lib.RLTrainer(policy.config, policy.tokenizer,
+                          trainer_lib.RLConfig(), env_name="household",
+                          tx=optax.sgd(0.0), env_kwargs={"max_steps": 5})
+
+
 def test_stage1_and_rl_budgets_are_checked(policy, tmp_path):
   from seed_jax import policies
   with pytest.raises(ValueError, match="analysis_max_prompt_tokens=4096 "
