@@ -221,8 +221,11 @@ def rollout(generate: GenerateFn, pool: envs_base.EnvPool, rng: jax.Array, *,
     new_obs, rewards, dones, new_infos = pool.step(actions)
     env_steps += len(active)
     for i, prompt, gen in zip(active, prompts, gens):
-      # A step is valid only if the reply projected and the env accepted it.
-      ok = valid[i] and bool(new_infos[i].get("action_valid", True))
+      # A step is valid only if the reply projected and the env accepted it;
+      # an env that raised on it judged nothing (the episode fails instead).
+      judged = not new_infos[i].get("error")
+      ok = valid[i] and (not judged
+                         or bool(new_infos[i].get("action_valid", True)))
       last = dones[i] or t == max_steps - 1
       samples.append(Sample(
           prompt=prompt, prompt_ids=gen.prompt_ids,

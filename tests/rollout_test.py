@@ -103,6 +103,10 @@ def test_env_error_mid_episode_fails_only_that_episode():
   assert not res.episodes[1].success
   assert "engine crashed" in res.episodes[1].error
   assert pool.num_errors == 1
+  # The expert's action the engine crashed on is not an invalid action.
+  crashed = [s for s in res.samples if s.traj_uid == 1]
+  assert len(crashed) == 2 and crashed[-1].done
+  assert all(s.action_valid for s in crashed)
 
 
 def test_policy_rollout_logprobs_match_scorer():
