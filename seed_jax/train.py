@@ -12,6 +12,7 @@ from the last complete checkpoint.
 from __future__ import annotations
 
 import argparse
+import difflib
 import logging
 import os
 import sys
@@ -101,7 +102,7 @@ def train(workdir: str, *,
   checkpoints.check_free_space(workdir, min_free_bytes)
   is_writer = jax.process_index() == 0
   if is_writer:
-    (workdir / "config.gin").write_text(gin.config_str())
+    write_config(workdir / "config.gin", gin.config_str())
   writer = metrics_lib.make_writer(workdir)
   policy = policy_fn(workdir, seed=seed)
   config, tokenizer = policy.config, policy.tokenizer
@@ -199,6 +200,23 @@ def train(workdir: str, *,
     first = history.to_json()[0] if len(history) else {}
     print("\n" + metrics_lib.success_table(first, final), flush=True)
   return {k: v for k, v in final.items() if k.startswith("eval/")}
+
+
+def write_config(path: epath.Path, text: str) -> None:
+  """Writes the run's config.gin whole (a temporary file, then a rename);
+  a resume with other settings than the run's last start is warned about,
+  line by line, since `evaluate` reads the settings from this file."""
+  if path.exists():
+    old = path.read_text()
+    if old != text:
+      diff = [line for line in difflib.unified_diff(
+          old.splitlines(), text.splitlines(), lineterm="", n=0)
+              if line[:1] in "+-" and line[:3] not in ("+++", "---")]
+      logging.warning("%s: this start's settings differ from the last "
+                      "one's:\n%s", path, "\n".join(diff[:40]))
+  tmp = path.parent / (path.name + ".tmp")
+  tmp.write_text(text)
+  tmp.replace(path)
 
 
 def parse_flags(argv):

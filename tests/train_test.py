@@ -3,6 +3,7 @@
 import json
 import os
 
+from etils import epath
 import gin
 import pytest
 
@@ -107,6 +108,21 @@ def test_a_final_update_with_skipped_steps_is_still_saved(tmp_path,
     last = [json.loads(line) for line in f][-1]
   assert last["update"] == 2 and last["skipped"] >= 1
   assert "eval/unseen/success" in last
+
+
+def test_config_changes_on_resume_are_named(tmp_path, caplog):
+  path = epath.Path(tmp_path) / "config.gin"
+  train.write_config(path, "SEED = 0\nNUM_UPDATES = 2\n")
+  with caplog.at_level("WARNING"):
+    train.write_config(path, "SEED = 0\nNUM_UPDATES = 2\n")
+  assert not caplog.records  # the same settings: nothing to say
+  with caplog.at_level("WARNING"):
+    train.write_config(path, "SEED = 1\nNUM_UPDATES = 2\n")
+  assert "-SEED = 0\n+SEED = 1" in caplog.text
+  assert "NUM_UPDATES" not in caplog.text
+  assert path.read_text() == "SEED = 1\nNUM_UPDATES = 2\n"
+  assert sorted(p.name for p in epath.Path(tmp_path).iterdir()) == [
+      "config.gin"]
 
 
 def test_workdir_of_another_model_is_a_clear_error(tmp_path):
