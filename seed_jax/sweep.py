@@ -10,8 +10,9 @@ of gin bindings per run (big_vision's style):
 Run i of sweep file `name.py` trains in `WORKDIR/name/i`. `--local` runs
 them here one after another (`seed_jax.train.main`, gin cleared between
 runs), `--emit_commands` prints one command per run instead (`--launcher`:
-local, tpu or slurm). Either way the summary table of each run's final
-metrics (from its metrics.jsonl) is printed and written to
+local, tpu or slurm) and stops there. After `--local`, or with
+`--summarize` once the emitted runs are done, the summary table of each
+run's final metrics (from its metrics.jsonl) is printed and written to
 `WORKDIR/name/summary.{md,csv}`.
 
   python -m seed_jax.sweep --sweep=configs/sweeps/opd_lambda_beta.py \

@@ -1,4 +1,4 @@
-"""Stage 2: one SEED / GRPO update, and evaluation without skills.
+"""Stage 2: one SEED / GRPO update (evaluation: `evaluate.evaluate_split`).
 
 An update (docs/algorithm.md §3): roll out B groups x N with theta_old ->
 sample scores and GRPO advantages -> self-analysis with the same weights
