@@ -84,7 +84,10 @@ def test_killed_runs_resume_to_the_uninterrupted_metrics(tmp_path):
     assert proc.returncode == -signal.SIGKILL, (fault, _explain(proc))
     assert f"killing the run at {fault}" in proc.stderr
     assert _resumed_from(proc) in resume_from, (fault, _explain(proc))
-    assert not (workdir / "metrics.jsonl").exists()  # written at the end only
+    # Updates finished before the kill are logged; the final one never is,
+    # so a killed run never reads as done.
+    if (workdir / "metrics.jsonl").exists():
+      assert max(m["update"] for m in _metrics(workdir)) < 3
     if fault == "checkpoint:1":
       # Killed mid-write: step 2 is a temporary folder orbax drops, or a
       # complete step that never got its manifest; nothing restores half.
