@@ -106,7 +106,7 @@ def breakdown(rl_trainer, params, rng, *, batches: int,
   for b in range(batches):
     c = rl_trainer.collect(state.params, jax.random.fold_in(rng, b),
                            update_index=update_offset + b)
-    batch, _ = rl_trainer._batch(state, None, c)  # pylint: disable=protected-access
+    batch, _ = rl_trainer.build_batch(state, None, c)
     parsed.append(c.metrics.get("analyses_parsed", 0.0))
     decode = rl_trainer.tokenizer.decode
     for i, s in enumerate(c.samples):

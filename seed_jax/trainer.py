@@ -446,8 +446,11 @@ class RLTrainer:
 
   # -- learning phase -------------------------------------------------------
 
-  def _batch(self, state, ref_params, c: Collected) -> tuple[dict, dict]:
-    """Advantages, skill prompts and the three log-probs of every sample."""
+  def build_batch(self, state, ref_params, c: Collected
+                  ) -> tuple[dict, dict]:
+    """Advantages, skill prompts and the three log-probs of every sample:
+    the training batch of `update` and its metrics (`ref_params`, the KL
+    reference, is read only when `kl_coef` is set)."""
     rl, samples, episodes, found = self.rl, c.samples, c.episodes, c.skills
     returns = np.asarray([episodes[s.traj_uid].episode_return
                           for s in samples], np.float32)
@@ -552,7 +555,7 @@ class RLTrainer:
                              update_index=update_index)
     metrics = dict(collected.metrics)
     t = time.time()
-    batch, batch_metrics = self._batch(state, ref_params, collected)
+    batch, batch_metrics = self.build_batch(state, ref_params, collected)
     metrics.update(batch_metrics)
     metrics["time/scoring"] = time.time() - t
     t = time.time()

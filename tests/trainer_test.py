@@ -100,8 +100,8 @@ def test_critical_step_skill_is_in_that_step_prompt_only(policy):
   analysis = skills.Analysis("s", "open it first", {2: "take the mug now"})
   c = trainer_lib.Collected(res.samples, res.episodes, {0: analysis}, {})
   state = trainer.create_state(policy.params)
-  batch, metrics = trainer._batch(state, trainer.place_params(policy.params),
-                                  c)
+  batch, metrics = trainer.build_batch(
+      state, trainer.place_params(policy.params), c)
   assert metrics["step_skill_rows"] == 1
   # Every member of a group answers `look` and so sees the same rooms.
   assert metrics["step_groups_shared"] == 1.0
