@@ -161,8 +161,8 @@ def _add_step_advantage(adv: np.ndarray, samples, rl: RLConfig
   are in step order, as `rollout.rollout` makes them.
 
   Returns:
-    The new [N] advantages and {"step_groups_shared": the share of samples
-    whose step group has other members}.
+    The new [S] advantages (S samples) and {"step_groups_shared": the
+    share of samples whose step group has other members}.
   """
   rewards = np.asarray([s.reward - rl.invalid_penalty * (not s.action_valid)
                         for s in samples], np.float32)
