@@ -97,6 +97,11 @@ class TopP:
 Sampling = Greedy | Temperature | TopK | TopP
 
 
+def at_temperature(temperature: float) -> Sampling:
+  """Temperature(t), or Greedy() for t == 0 (evaluations' convention)."""
+  return Greedy() if temperature == 0 else Temperature(temperature)
+
+
 # ---------------------------------------------------------------------------
 
 
@@ -334,7 +339,8 @@ def stop_string_table(tokenizer, stop_strings: Sequence[str],
     tokenizer: a Hugging Face tokenizer; a token's text is
       `convert_tokens_to_string([token])`.
     stop_strings: the strings; None or empty gives None (no table).
-    vocab_size: V, the model's (ids the tokenizer lacks read as no text).
+    vocab_size: V, the model's (ids the tokenizer lacks read as no text,
+      which leaves a match where it was).
 
   Returns:
     [n, m, V] int16 (m: the longest string's length), or None.
@@ -354,6 +360,9 @@ def stop_string_table(tokenizer, stop_strings: Sequence[str],
     step = _kmp_steps(s)
     chars = set(s)
     for v, text in enumerate(texts):
+      if not text:  # no text (or an id the tokenizer lacks): nothing read
+        table[k, :len(s), v] = np.arange(len(s))
+        continue
       if not chars.intersection(text):
         continue  # every state falls back to 0
       for q in range(len(s)):

@@ -196,7 +196,7 @@ class _TextVocab:
 
 
 STOP_TEXTS = ["</", "action", ">", ">.", " </", "look", "<", "/action>",
-              "x", "</action>\n", "a", "<</"]
+              "x", "</action>\n", "a", "<</", ""]
 
 
 def _first_stop(table, rows):
@@ -213,8 +213,8 @@ def _first_stop(table, rows):
 
 def test_stop_strings_end_rows_however_tokens_split_them():
   table = sampler.stop_string_table(_TextVocab(STOP_TEXTS), ["</action>"],
-                                    vocab_size=len(STOP_TEXTS) + 2)
-  assert table.shape == (1, 9, len(STOP_TEXTS) + 2)
+                                    vocab_size=len(STOP_TEXTS) + 1)
+  assert table.shape == (1, 9, len(STOP_TEXTS) + 1)
   cases = {(5, 0, 1, 2): 3,  # look </ action >
            (5, 4, 1, 3): 3,  # look " </" action ">."
            (6, 7, 8, 8): 1,  # < /action>
@@ -222,7 +222,9 @@ def test_stop_strings_end_rows_however_tokens_split_them():
            (11, 1, 2, 8): 2,  # "<</" action >: the matcher falls back
            (0, 1, 8, 2): -1,  # </actionx>
            (0, 10, 8, 2): -1,  # </ax>
-           (13, 0, 1, 2): 3}  # an id the tokenizer lacks reads as no text
+           (13, 0, 1, 2): 3,  # an id the tokenizer lacks reads as no text
+           (0, 12, 1, 2): 3,  # so does a token with no text, mid-string
+           (0, 13, 1, 2): 3}
   got = _first_stop(table, list(cases))
   np.testing.assert_array_equal(got, list(cases.values()))
   assert sampler.stop_string_table(_TextVocab(STOP_TEXTS), [], 5) is None
