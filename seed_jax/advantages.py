@@ -22,8 +22,7 @@ get = _REGISTRY.get
 NORMS = ("mean_std_norm", "mean_norm")
 STATS_OVER = ("samples", "trajectories")
 # A group std at or below this is float32 rounding of equal values (sums of
-# 0.1 penalties over trajectories of different lengths); scores that really
-# differ, by 0.1 / max_steps at least, lie far above it.
+# 0.1 penalties over trajectories of different lengths).
 EQUAL_STD = 1e-5
 
 
@@ -82,6 +81,9 @@ def grpo(scores: jax.Array, group_ids: jax.Array, traj_ids: jax.Array, *,
   whose units all have the same value takes std 1: with "samples" its
   advantages are 0 anyway, and with "trajectories" its samples keep only
   their deviation from the trajectories' value (an invalid step's -0.1).
+  Trajectory values that are close but not equal still divide those
+  deviations by a small std (the formula's own behaviour with
+  "trajectories"; gradient clipping bounds the step).
   Statistics are taken of S - max_g(S), so a group of equal scores gets
   exactly 0 rather than float32 rounding divided by eps.
 
