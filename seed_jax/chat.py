@@ -41,8 +41,7 @@ def main(argv=None) -> None:
   texts = [tok.apply_chat_template([{"role": "user", "content": p}],
                                    tokenize=False, add_generation_prompt=True)
            for p in args.prompts]
-  method = (sampler.Greedy() if args.temperature <= 0
-            else sampler.Temperature(args.temperature))
+  method = sampler.at_temperature(args.temperature)
   t0 = time.time()
   replies = sampler.generate_text(params, config, tok, texts,
                                   max_new_tokens=args.max_new_tokens,

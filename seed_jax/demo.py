@@ -188,7 +188,7 @@ def evaluate_skills(policy: rollout_lib.Policy, params, *, split: str,
   """
   rng_plain, rng_an, rng_skill = jax.random.split(rng, 3)
   seeds = envs_base.split_seeds(split, num_tasks)
-  sampling = sampler_lib.Temperature(temperature)
+  sampling = sampler_lib.at_temperature(temperature)
 
   def play(rng_play, member_skills=None):
     pool = envs_base.EnvPool(demos.ENV, num_groups=num_tasks, group_size=1,
@@ -343,7 +343,7 @@ def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
     analysis_max_new_tokens: evaluation's analysis reply budget.
     eval_tasks: tasks per split of the plain evaluation (0: skip).
     skill_eval_tasks: eval_seen tasks of `evaluate_skills` (0: skip).
-    temperature: evaluation sampling temperature.
+    temperature: evaluation sampling temperature (0: greedy).
     buckets: prompt-length buckets (reply phase and evaluation).
 
   Returns:

@@ -128,8 +128,7 @@ def evaluate_split(policy: rollout_lib.Policy, params, *, env_name: str,
   if num_tasks < 1:
     raise ValueError(f"evaluate_split needs num_tasks >= 1, got {num_tasks}")
   rng = rng if rng is not None else jax.random.key(0)
-  sampling = (sampler_lib.Greedy() if temperature == 0
-              else sampler_lib.Temperature(temperature))
+  sampling = sampler_lib.at_temperature(temperature)
   wins: dict[str, list[bool]] = collections.defaultdict(list)
   done = 0
   while done < num_tasks:
