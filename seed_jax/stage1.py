@@ -209,8 +209,11 @@ def collect_records(
                           task=ep.task, family=ep.family,
                           success=bool(ep.success)))
     if error is not None:
-      raise CollectionInterrupted(error, records[:complete], stats(), start,
-                                  records[complete:]) from error
+      partial = records[complete:]
+      raise CollectionInterrupted(
+          error, records[:complete],
+          dict(stats(), records=complete, partial_records=len(partial)),
+          start, partial) from error
     logging.info("stage1: %d/%d task groups collected, %d records",
                  start + len(chunk), num_tasks, len(records))
   return records, stats()

@@ -169,13 +169,10 @@ def markdown(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 def write_summary(root: str, header, rows) -> str:
   """Writes summary.md and summary.csv under `root`; returns the markdown."""
   text = markdown(header, rows)
-  os.makedirs(root, exist_ok=True)
-  with open(os.path.join(root, "summary.md"), "w") as f:
-    f.write(text)
+  results.write_text_atomic(os.path.join(root, "summary.md"), text)
   buf = io.StringIO()
   csv.writer(buf).writerows([header, *rows])
-  with open(os.path.join(root, "summary.csv"), "w") as f:
-    f.write(buf.getvalue())
+  results.write_text_atomic(os.path.join(root, "summary.csv"), buf.getvalue())
   return text
 
 
