@@ -115,6 +115,8 @@ def train(workdir: str, *,
   rl_trainer = trainer_lib.RLTrainer(
       config, tokenizer, rl, env_name=env_name, tx=tx, mesh=mesh,
       rollout_chunks=rollout_chunks, env_kwargs=env_kwargs, teacher=teacher)
+  rl_trainer.check_stage1((getattr(policy, "report", None) or {}).get(
+      "stage1"))
   history = metrics_lib.MetricHistory()
   base_rng = jax.random.key(seed)
   abstract_state = rl_trainer.abstract_state()

@@ -334,6 +334,30 @@ class RLTrainer:
     """The state as sharded ShapeDtypeStructs: the target of a restore."""
     return ts.abstract_state(self.tx, self.config, self.state_shardings)
 
+  def check_stage1(self, stage1_report: dict[str, Any] | None) -> None:
+    """Raises ValueError when the policy's Stage 1 was fine-tuned on other
+    analysis prompts than this run's self-analysis writes.
+
+    `stage1_report` is `Policy.report["stage1"]` (absent without Stage 1 or
+    from policies saved before the report named its prompts: no check).
+    """
+    trained = (stage1_report or {}).get("analysis_prompt")
+    if not trained or not self.rl.analyzes or self.rl.analyzer != "self":
+      return
+    rl = self.rl
+    ours = dict(mode=rl.analysis_mode, max_critical_steps=rl.max_critical_steps,
+                max_chars=rl.analysis_max_chars,
+                max_tokens=self.analysis_max_tokens)
+    if rl.analysis_mode != "episode_step":  # K is not in the prompt
+      trained = dict(trained, max_critical_steps=None)
+      ours["max_critical_steps"] = None
+    if dict(trained) != ours:
+      raise ValueError(
+          f"Stage 1 fine-tuned the policy on analysis prompts {trained}, but "
+          f"this run's self-analysis would write {ours}; bind them alike "
+          "(ANALYSIS_MODE, MAX_CRITICAL_STEPS, the character budgets and "
+          "ANALYSIS_PROMPT_TOKENS)")
+
   def abstract_params(self) -> Any:
     return checkpoints.abstract_tree(model_lib.param_shapes(self.config),
                                      self.param_shardings)

@@ -235,3 +235,21 @@ def test_stage1_and_rl_budgets_are_checked(policy, tmp_path):
                                      analysis_mode="episode_step"),
         tmp_path, env_name="household", max_new_tokens=8, teacher=teacher)
   assert not list(tmp_path.iterdir())
+
+
+def test_rl_analysis_prompts_must_match_stage1s(policy):
+  trainer = _trainer(policy, analysis_max_prompt_tokens=600,
+                     analysis_max_chars=3000)
+  stage1 = {"analysis_prompt": dict(mode="episode_step", max_critical_steps=2,
+                                    max_chars=3000, max_tokens=600)}
+  trainer.check_stage1(stage1)  # the same prompts
+  trainer.check_stage1(None)  # no Stage 1
+  trainer.check_stage1({"val_loss": 1.0})  # a report from before the check
+  for key, value in (("max_tokens", 1024), ("max_chars", None),
+                     ("mode", "episode_only"), ("max_critical_steps", 3)):
+    bad = {"analysis_prompt": dict(stage1["analysis_prompt"], **{key: value})}
+    with pytest.raises(ValueError, match="bind them alike"):
+      trainer.check_stage1(bad)
+  # GRPO writes no analyses: nothing to match.
+  _trainer(policy, variant="grpo").check_stage1(
+      {"analysis_prompt": dict(stage1["analysis_prompt"], max_tokens=1)})
