@@ -141,13 +141,10 @@ def run_stage1(policy: Policy, cfg: Stage1Config, workdir: epath.Path, *,
         f"max_critical_steps={teacher.max_critical_steps}, Stage 1 in mode "
         f"{cfg.analysis_mode!r} with max_critical_steps="
         f"{cfg.max_critical_steps}; bind them alike")
-  room = [b for b in cfg.buckets
-          if b + cfg.response_len_max <= policy.config.max_position_embeddings]
-  if not room:
-    raise ValueError(f"no Stage-1 bucket of {cfg.buckets} leaves room for "
-                     f"response_len_max={cfg.response_len_max} in the "
-                     f"model's {policy.config.max_position_embeddings} "
-                     "positions")
+  # The buckets SFT can train on (a clear error when none fits).
+  room = rollout_lib.Policy(policy.config, policy.tokenizer,
+                            max_new_tokens=cfg.response_len_max,
+                            buckets=cfg.buckets, stop_strings=()).buckets
   max_tokens = cfg.max_prompt_tokens or max(room)
   if max_tokens > max(room):
     raise ValueError(f"Stage1Config.max_prompt_tokens={max_tokens} exceeds "

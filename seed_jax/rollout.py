@@ -14,6 +14,7 @@ import logging
 from typing import Callable, Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from seed_jax import episodes as episodes_lib
@@ -62,8 +63,10 @@ class Policy:
           f"({config.max_position_embeddings}) with max_new_tokens="
           f"{max_new_tokens}")
     self.stop_strings = tuple(stop_strings)
-    self.stop_table = sampler_lib.stop_string_table(tokenizer, stop_strings,
-                                                    config.vocab_size)
+    table = sampler_lib.stop_string_table(tokenizer, stop_strings,
+                                          config.vocab_size)
+    # On the device once, not copied there on every call.
+    self.stop_table = None if table is None else jnp.asarray(table)
     self.truncate_prompts = truncate_prompts
     self.min_rows = min_rows
     self.use_chat_template = use_chat_template

@@ -228,6 +228,17 @@ class OpenAITeacher:
           delay = max(delay, e.retry_after)
         self._sleep(min(delay, self.max_backoff))
 
+  def _complete_unless_rejected(self, prompt: str) -> str | None:
+    """`complete`, or None (logged, counted in `rejected`) when the
+    endpoint refuses this request."""
+    try:
+      return self.complete(prompt)
+    except TeacherRejectedError as e:
+      logging.warning("%s", e)
+      with self._lock:
+        self.rejected += 1
+      return None
+
   def complete_many(self, prompts: Sequence[str]) -> list[str | None]:
     """Sends prompts concurrently (at most `max_concurrency` in flight).
 
@@ -249,16 +260,12 @@ class OpenAITeacher:
     pool = concurrent.futures.ThreadPoolExecutor(
         max_workers=min(self.max_concurrency, len(prompts)))
     try:
-      futures = {pool.submit(self.complete, p): i
+      futures = {pool.submit(self._complete_unless_rejected, p): i
                  for i, p in enumerate(prompts)}
       error = None
       for future in concurrent.futures.as_completed(futures):
         try:
           results[futures[future]] = future.result()
-        except TeacherRejectedError as e:
-          logging.warning("%s", e)
-          with self._lock:
-            self.rejected += 1
         except TeacherUnavailableError as e:
           if error is None:
             error = e
@@ -306,14 +313,8 @@ class OpenAITeacher:
     Raises:
       TeacherUnavailableError: when the endpoint is down (see `complete`).
     """
-    try:
-      reply = self.complete(self._prompt(episode))
-    except TeacherRejectedError as e:
-      logging.warning("%s", e)
-      with self._lock:
-        self.rejected += 1
-      reply = None
-    return self._parse(reply, episode)
+    return self._parse(self._complete_unless_rejected(self._prompt(episode)),
+                       episode)
 
   def annotate_many(self, episodes: Sequence[Episode],
                     prompts: Sequence[str] | None = None

@@ -394,20 +394,24 @@ class RLTrainer:
           if isinstance(parsed, skills.Analysis):
             found[ep.traj_uid] = parsed
       return found, {"analyses_parsed": len(found) / max(len(episodes), 1)}
+    # Fitting encodes each prompt; the sampler reuses those ids.
+    encode = functools.lru_cache(maxsize=None)(self.analyst.encode)
     built = [skills.fit_analysis_prompt(
-        ep, encode=self.analyst.encode, max_tokens=self.analysis_max_tokens,
+        ep, encode=encode, max_tokens=self.analysis_max_tokens,
         mode=self.rl.analysis_mode,
         max_critical_steps=self.rl.max_critical_steps,
         max_chars=self.rl.analysis_max_chars) for ep in episodes]
-    gens = iter(self.analyst.generate(
-        params, [b.text for b in built if b is not None], rng,
+    gens = iter(self.analyst.generate_ids(
+        params, [encode(b.text) for b in built if b is not None], rng,
         sampler_lib.Greedy()))
     for ep, b in zip(episodes, built):
       if b is None:
         stats.record(skills.ParseError("prompt_too_long"))
         continue
+      _, response_ids, _ = next(gens)
       parsed = stats.record(skills.parse_analysis(
-          next(gens).text, num_steps=ep.length, max_step_skills=k))
+          self.analyst.decode(response_ids), num_steps=ep.length,
+          max_step_skills=k))
       if isinstance(parsed, skills.Analysis):
         found[ep.traj_uid] = parsed
     fitted = [b for b in built if b is not None]

@@ -217,12 +217,14 @@ def _check_found(trainer, res, found, parsed, replies):
 def test_self_analysis_of_fuzzed_outputs_counts_unparsed(self_trainer,
                                                          episodes, replies):
 
-  def generate(params, texts, rng, sampling, max_new_tokens=None):
+  def generate_ids(params, prompt_ids, rng, sampling, max_new_tokens=None):
     del params, rng, sampling, max_new_tokens
-    assert len(texts) == len(replies)
-    return [rollout.Generation(r, [5], [6], [-1.0]) for r in replies]
+    assert len(prompt_ids) == len(replies)
+    return [(p, r, [-1.0]) for p, r in zip(prompt_ids, replies)]
 
-  self_trainer.analyst.generate = generate  # the analyses' own policy
+  # The analyses' own policy; its replies here are texts, decoded as is.
+  self_trainer.analyst.generate_ids = generate_ids
+  self_trainer.analyst.decode = lambda text: text
   found, metrics = self_trainer._analyze(None, episodes.episodes,
                                          jax.random.key(0))
   _check_found(self_trainer, episodes, found, metrics["analyses_parsed"],
