@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import struct
 from typing import Any, Callable, Iterable
 
@@ -33,10 +34,29 @@ _ST_NAMES = {np.dtype(v): k for k, v in _ST_DTYPES.items()}
 
 
 def read_safetensors(path: str) -> dict[str, np.ndarray]:
-  """Memory-maps one .safetensors file into numpy arrays (no copy)."""
+  """Memory-maps one .safetensors file into numpy arrays (no copy).
+
+  Raises:
+    ValueError: naming the file (and the tensor) when the file is not a
+      complete safetensors file: truncated, a Git LFS pointer, or a tensor
+      whose byte range does not match its shape and dtype.
+  """
+  size = os.path.getsize(path)
+  hint = "(a truncated download, or a Git LFS pointer instead of the weights?)"
   with open(path, "rb") as f:
-    (n,) = struct.unpack("<Q", f.read(8))
-    header = json.loads(f.read(n))
+    head = f.read(8)
+    if len(head) < 8:
+      raise ValueError(f"{path}: {size} bytes is too short for a safetensors "
+                       f"file {hint}")
+    (n,) = struct.unpack("<Q", head)
+    if n > size - 8:
+      raise ValueError(f"{path}: header of {n} bytes does not fit the file's "
+                       f"{size} bytes {hint}")
+    try:
+      header = json.loads(f.read(n))
+    except ValueError as e:
+      raise ValueError(f"{path}: unreadable safetensors header {hint}") from e
+  data = size - 8 - n
   buf = np.memmap(path, dtype=np.uint8, mode="r")
   out = {}
   for name, info in header.items():
@@ -47,6 +67,11 @@ def read_safetensors(path: str) -> dict[str, np.ndarray]:
                        f"{info['dtype']}")
     start, end = info["data_offsets"]
     dt = np.dtype(_ST_DTYPES[info["dtype"]])
+    want = int(np.prod(info["shape"], dtype=np.int64)) * dt.itemsize
+    if not 0 <= start <= end <= data or end - start != want:
+      raise ValueError(
+          f"{path}: tensor {name} (shape {info['shape']}, {info['dtype']}) "
+          f"needs {want} bytes at [{start}, {end}) of {data} data bytes {hint}")
     arr = buf[8 + n + start: 8 + n + end].view(dt)
     out[name] = arr.reshape(info["shape"])
   return out
@@ -152,8 +177,19 @@ def params_from_hf_tensors(config: model_lib.ModelConfig,
                                     f32("model.norm.weight"))},
       "layers": {},
   }
+  def layer(i, suffix, to_ours):
+    name = f"model.layers.{i}.{suffix}"
+    w = f32(name)
+    try:
+      return to_ours(w)
+    except ValueError as e:  # a reshape to the config's heads and head_dim
+      raise ValueError(f"tensor {name!r} of shape {w.shape} does not fit the "
+                       f"config (hidden_size={c.hidden_size}, "
+                       f"heads={c.num_heads}, kv_heads={c.num_kv_heads}, "
+                       f"head_dim={c.head_dim})") from e
+
   for key, suffix, to_ours, _ in _layer_specs(c):
-    stacked = np.stack([to_ours(f32(f"model.layers.{i}.{suffix}"))
+    stacked = np.stack([layer(i, suffix, to_ours)
                         for i in range(c.num_layers)])
     params["layers"][key] = place(("layers", key), stacked)
   if not c.tie_embeddings:
@@ -179,6 +215,17 @@ def params_to_hf_tensors(config: model_lib.ModelConfig, params: Params,
   return {k: np.ascontiguousarray(v).astype(dt) for k, v in out.items()}
 
 
+def hf_tensor_names(config: model_lib.ModelConfig) -> set[str]:
+  """The Hugging Face tensor names a checkpoint of `config` holds."""
+  names = {"model.embed_tokens.weight", "model.norm.weight"}
+  for _, suffix, _, _ in _layer_specs(config):
+    names.update(f"model.layers.{i}.{suffix}"
+                 for i in range(config.num_layers))
+  if not config.tie_embeddings:
+    names.add("lm_head.weight")
+  return names
+
+
 def _get_path(tree, path):
   for p in path:
     tree = tree[p]
@@ -195,7 +242,19 @@ def load_config(path: str, **overrides) -> model_lib.ModelConfig:
   if not os.path.exists(cfg):
     raise FileNotFoundError(f"no config.json in model folder {path!r}")
   with open(cfg) as f:
-    return model_lib.ModelConfig.from_hf(json.load(f), **overrides)
+    hf_cfg = json.load(f)
+  # Instruct models often list their end-of-turn token only here (Qwen2.5 and
+  # Qwen3: <|im_end|> and <|endoftext|>); sampling stops on every EOS id.
+  gen = os.path.join(path, "generation_config.json")
+  if os.path.exists(gen) and "eos_token_ids" not in overrides:
+    with open(gen) as f:
+      extra = json.load(f).get("eos_token_id")
+    if extra is not None:
+      ids = [] if hf_cfg.get("eos_token_id") is None else hf_cfg["eos_token_id"]
+      ids = list(ids) if isinstance(ids, list) else [ids]
+      extra = list(extra) if isinstance(extra, list) else [extra]
+      hf_cfg["eos_token_id"] = ids + [i for i in extra if i not in ids]
+  return model_lib.ModelConfig.from_hf(hf_cfg, **overrides)
 
 
 def _safetensors_files(path: str) -> list[str]:
@@ -241,6 +300,17 @@ def load_pretrained(path: str, *, shardings: Params | None = None,
   if config.tie_embeddings is False and "lm_head.weight" not in tensors:
     raise KeyError(f"config.json says untied embeddings but {path!r} has no "
                    "lm_head.weight")
+  # A tensor the config does not account for (a bias, an extra layer) would
+  # be dropped and the model silently wrong. A tied model may still ship its
+  # lm_head copy; rotary frequencies are recomputed.
+  unused = sorted(n for n in set(tensors) - hf_tensor_names(config)
+                  if not n.endswith("rotary_emb.inv_freq")
+                  and not (n == "lm_head.weight" and config.tie_embeddings))
+  if unused:
+    raise ValueError(
+        f"{path!r} holds {len(unused)} tensor(s) that config.json does not "
+        f"account for, e.g. {unused[:5]}; check config.json (attention_bias, "
+        "num_hidden_layers, ...)")
   return config, params_from_hf_tensors(config, get, shardings=shardings)
 
 
@@ -253,6 +323,12 @@ def save_pretrained(path: str, config: model_lib.ModelConfig, params: Params,
   `model.safetensors.index.json`, as transformers does.
   """
   os.makedirs(path, exist_ok=True)
+  # Weights of an earlier save would be read instead of (or mixed with) these:
+  # an index left behind wins over a new single file.
+  for name in os.listdir(path):
+    if re.fullmatch(r"model(-\d+-of-\d+)?\.safetensors(\.index\.json)?",
+                    name):
+      os.remove(os.path.join(path, name))
   tensors = params_to_hf_tensors(config, params, dtype=dtype)
   shards: list[dict[str, np.ndarray]] = [{}]
   size = 0

@@ -112,6 +112,10 @@ class ModelConfig:
     if hf.get("mlp_bias"):
       raise ValueError("config.json asks for mlp_bias, which seed_jax does "
                        "not implement")
+    act = hf.get("hidden_act", "silu")
+    if act not in ("silu", "swish"):
+      raise ValueError(f"config.json asks for hidden_act={act!r}; seed_jax "
+                       "implements only silu")
     rope = dict(hf.get("rope_parameters") or {})
     if hf.get("rope_scaling"):
       rope.update(hf["rope_scaling"])
@@ -119,6 +123,11 @@ class ModelConfig:
     rope_type = rope.get("rope_type", rope.get("type", "default"))
     scaling = None
     if rope_type == "llama3":
+      missing = [k for k in ("factor", "low_freq_factor", "high_freq_factor",
+                             "original_max_position_embeddings")
+                 if k not in rope]
+      if missing:
+        raise ValueError(f"config.json's llama3 rope scaling lacks {missing}")
       scaling = RopeScaling(
           factor=float(rope["factor"]),
           low_freq_factor=float(rope["low_freq_factor"]),
@@ -129,7 +138,9 @@ class ModelConfig:
       raise ValueError(f"unsupported rope_type {rope_type!r} in config.json; "
                        "supported: default, llama3")
     heads = hf["num_attention_heads"]
-    head_dim = hf.get("head_dim") or hf["hidden_size"] // heads
+    # transformers' Qwen3Config defaults head_dim to 128, not hidden / heads.
+    head_dim = hf.get("head_dim") or (
+        128 if family == "qwen3" else hf["hidden_size"] // heads)
     eos = hf.get("eos_token_id")
     eos = () if eos is None else tuple(eos) if isinstance(eos, list) else (eos,)
     attention_bias = bool(hf.get("attention_bias", False))
@@ -181,8 +192,9 @@ class ModelConfig:
         "eos_token_id": (list(self.eos_token_ids) if len(self.eos_token_ids) != 1
                          else self.eos_token_ids[0]),
     }
-    if self.family == "llama":
+    if self.family in ("llama", "qwen3"):  # qwen2's q/k/v bias is implied
       out["attention_bias"] = self.o_bias
+    if self.family == "llama":
       out["mlp_bias"] = False
     return out
 

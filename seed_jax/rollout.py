@@ -75,7 +75,14 @@ class Policy:
     eos = set(config.eos_token_ids)
     if tokenizer.eos_token_id is not None:
       eos.add(tokenizer.eos_token_id)
+    if not eos:
+      raise ValueError("no EOS token: neither the model config "
+                       "(eos_token_id in config.json or generation_config.json)"
+                       " nor the tokenizer names one, so no reply could end")
     self.eos_ids = tuple(sorted(eos))
+    if use_chat_template and not tokenizer.chat_template:
+      logging.warning("the tokenizer has no chat template: prompts are encoded "
+                      "as plain text (pass use_chat_template=False to say so)")
     self.prompts_truncated = 0  # counted, never silent
 
   def encode(self, prompt: str) -> list[int]:

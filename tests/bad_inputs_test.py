@@ -2,6 +2,7 @@
 behaviour (docs/reliability.md lists them with the tests elsewhere)."""
 
 import errno
+import logging
 import os
 import shutil
 
@@ -73,6 +74,32 @@ def test_long_prompt_is_a_clear_error_by_default(tiny):
                      "raise the buckets or ask for left truncation"):
     policy.generate(params, [LONG], jax.random.key(0))
   assert policy.prompts_truncated == 0
+
+
+def _own_tokenizer():
+  """A small tokenizer of this test's own, to change freely."""
+  return tokenizer_lib.train_tokenizer(["go to desk 1 and look around"] * 3,
+                                       vocab_size=300)
+
+
+def test_no_eos_anywhere_is_a_clear_error():
+  tok = _own_tokenizer()
+  tok.eos_token = None
+  config = testing.tiny_config(vocab_size=len(tok), eos_token_ids=())
+  with pytest.raises(ValueError, match="no EOS token"):
+    rollout.Policy(config, tok, max_new_tokens=8)
+
+
+def test_no_chat_template_is_said(caplog):
+  tok = _own_tokenizer()
+  tok.chat_template = None
+  config = testing.tiny_config(vocab_size=len(tok),
+                               eos_token_ids=(tok.eos_token_id,))
+  with caplog.at_level(logging.WARNING):
+    policy = rollout.Policy(config, tok, max_new_tokens=8)
+  assert "no chat template" in caplog.text
+  assert policy.encode("go to desk 1") == tok.encode(
+      "go to desk 1", add_special_tokens=False)
 
 
 def test_no_bucket_fits_the_context(tiny):

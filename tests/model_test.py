@@ -28,6 +28,7 @@ CASES = {
     "qwen3": ("qwen3", dict(head_dim=32)),
     "qwen3_tied_mqa": ("qwen3", dict(tie_word_embeddings=True,
                                      num_key_value_heads=1, head_dim=8)),
+    "qwen3_bias": ("qwen3", dict(attention_bias=True, head_dim=16)),
 }
 
 
@@ -227,3 +228,98 @@ def test_smollm2_logits_match_transformers(smollm2, smollm2_torch):
   # float32 rounding over 30 layers: a few 1e-6 of the logit scale.
   assert diff <= 1e-5 * scale, (diff, scale)
   assert (ours.argmax(-1) == theirs.argmax(-1)).all()
+
+
+def _logit_diff(ref, config, params):
+  rng = np.random.default_rng(0)
+  toks, mask = hf_reference.left_padded_batch(rng, 128, [9, 4], 9)
+  ours = np.asarray(model_lib.apply(params, toks, mask, config=config))
+  theirs = hf_reference.torch_logits(ref, toks, mask)
+  return np.abs(ours - theirs)[mask.astype(bool)].max()
+
+
+def test_qwen3_without_head_dim_takes_transformers_default(tmp_path):
+  # Qwen3Config defaults head_dim to 128, not hidden_size / heads (16 here).
+  ref = _saved(tmp_path, "qwen3", {})
+  cfg = json.loads((tmp_path / "config.json").read_text())
+  assert cfg.pop("head_dim") == 128
+  (tmp_path / "config.json").write_text(json.dumps(cfg))
+  config, params = hf.load_pretrained(str(tmp_path))
+  assert config.head_dim == 128
+  assert _logit_diff(ref, config, params) <= 1e-4
+
+
+def test_saved_qwen3_keeps_its_attention_bias(tmp_path):
+  ref = _saved(tmp_path / "a", "qwen3", dict(attention_bias=True, head_dim=16))
+  config, params = hf.load_pretrained(str(tmp_path / "a"))
+  hf.save_pretrained(str(tmp_path / "b"), config, params)
+  assert json.loads((tmp_path / "b" / "config.json").read_text())[
+      "attention_bias"] is True
+  config2, params2 = hf.load_pretrained(str(tmp_path / "b"))
+  assert config2.o_bias and config2.attention_bias
+  assert _logit_diff(ref, config2, params2) <= 1e-4
+
+
+def test_tensors_the_config_does_not_use_are_an_error(tmp_path):
+  # A llama checkpoint with biases whose config.json lost attention_bias:
+  # loading it without them would give wrong logits.
+  _saved(tmp_path, "llama", dict(attention_bias=True))
+  cfg = json.loads((tmp_path / "config.json").read_text())
+  cfg["attention_bias"] = False
+  (tmp_path / "config.json").write_text(json.dumps(cfg))
+  with pytest.raises(ValueError, match=r"does not account for.*proj\.bias"):
+    hf.load_pretrained(str(tmp_path))
+
+
+def test_tensor_that_does_not_fit_the_heads_is_named(tmp_path):
+  _saved(tmp_path, "llama", dict(head_dim=24))
+  cfg = json.loads((tmp_path / "config.json").read_text())
+  del cfg["head_dim"]  # 64 / 4 = 16 instead of 24
+  (tmp_path / "config.json").write_text(json.dumps(cfg))
+  with pytest.raises(ValueError, match=r"model\.layers\.0\.self_attn\.q_proj"):
+    hf.load_pretrained(str(tmp_path))
+
+
+def test_saving_over_a_sharded_folder_replaces_its_weights(tmp_path):
+  _saved(tmp_path / "a", "qwen2", {})
+  config, params = hf.load_pretrained(str(tmp_path / "a"))
+  hf.save_pretrained(str(tmp_path / "b"), config, params,
+                     max_shard_bytes=20_000)
+  assert (tmp_path / "b" / "model.safetensors.index.json").exists()
+  changed = jax.tree.map(lambda x: x + 1.0, params)
+  hf.save_pretrained(str(tmp_path / "b"), config, changed)
+  assert sorted(f for f in os.listdir(tmp_path / "b")
+                if f.startswith("model")) == ["model.safetensors"]
+  _, loaded = hf.load_pretrained(str(tmp_path / "b"))
+  jax.tree.map(np.testing.assert_array_equal, changed, loaded)
+
+
+def test_truncated_or_pointer_safetensors_is_named(tmp_path):
+  _saved(tmp_path, "llama", {})
+  path = tmp_path / "model.safetensors"
+  data = path.read_bytes()
+  path.write_bytes(data[:len(data) // 2])
+  with pytest.raises(ValueError, match=r"model\.safetensors.*truncated"):
+    hf.load_pretrained(str(tmp_path))
+  path.write_text("version https://git-lfs.github.com/spec/v1\n"
+                  "oid sha256:0123\nsize 123456\n")
+  with pytest.raises(ValueError, match=r"model\.safetensors.*Git LFS"):
+    hf.load_pretrained(str(tmp_path))
+
+
+def test_generation_config_eos_ids_are_added(tmp_path):
+  _saved(tmp_path, "qwen2", dict(eos_token_id=1))
+  (tmp_path / "generation_config.json").write_text(
+      json.dumps({"eos_token_id": [1, 3]}))
+  assert hf.load_config(str(tmp_path)).eos_token_ids == (1, 3)
+
+
+def test_unsupported_config_fields_are_named():
+  base = {"model_type": "llama", "vocab_size": 128, "hidden_size": 8,
+          "intermediate_size": 4, "num_hidden_layers": 1,
+          "num_attention_heads": 2}
+  with pytest.raises(ValueError, match="hidden_act='gelu'"):
+    model_lib.ModelConfig.from_hf({**base, "hidden_act": "gelu"})
+  with pytest.raises(ValueError, match="low_freq_factor"):
+    model_lib.ModelConfig.from_hf({**base, "rope_scaling": {
+        "rope_type": "llama3", "factor": 8.0}})
