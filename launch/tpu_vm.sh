@@ -42,9 +42,16 @@ create() {
 }
 
 copy() {
-  # Tracked and new files of this checkout, without what git ignores.
-  run tar -czf "${TARBALL}" --exclude-vcs --exclude-vcs-ignores \
-    --exclude=.venv --exclude=__pycache__ --exclude="*.egg-info" .
+  # Tracked and new files of this checkout, without what git ignores (as git
+  # reads .gitignore: tar's own --exclude-vcs-ignores misses anchored and
+  # directory patterns such as /runs/). Deleted tracked files are skipped.
+  if [[ "${DRY_RUN:-0}" == 1 ]]; then
+    echo "git ls-files -z --cached --others --exclude-standard |" \
+      "tar --null -T - --ignore-failed-read -czf $(show "${TARBALL}")"
+  else
+    git ls-files -z --cached --others --exclude-standard |
+      tar --null -T - --ignore-failed-read -czf "${TARBALL}"
+  fi
   tpu scp "${TARBALL}" "${TPU_NAME}:~/seed_jax_code.tgz" --worker=all
   on_workers all "mkdir -p ~/${REMOTE_DIR} && tar -xzf ~/seed_jax_code.tgz -C ~/${REMOTE_DIR}"
 }
@@ -53,11 +60,15 @@ install() {
   on_workers all "cd ~/${REMOTE_DIR} && python3 -m venv .venv && .venv/bin/pip install -q -r requirements.txt $(show "${JAX_TPU}") && .venv/bin/pip install -q --no-deps -e ."
 }
 
-start() {
+check_run() {  # before anything is created or paid for
   : "${GIN_FILE:?set GIN_FILE, e.g. configs/experiments/qwen2_5_3b_alfworld_style.gin}"
   : "${WORKDIR:?set WORKDIR, a directory all workers share}"
-  local env_words
-  env_words="$(show "GIN_FILE=${GIN_FILE}" "WORKDIR=${WORKDIR}")"
+}
+
+start() {
+  check_run
+  local env_words  # assignments quote their value only
+  env_words="GIN_FILE=$(show "${GIN_FILE}") WORKDIR=$(show "${WORKDIR}")"
   on_workers all "cd ~/${REMOTE_DIR} && ${env_words} SEED_DISTRIBUTED=1 PYTHON=.venv/bin/python setsid nohup launch/run_host.sh $(show "$@") > ~/${LOG} 2>&1 < /dev/null &"
 }
 
@@ -78,7 +89,7 @@ case "${action}" in
   run) start "$@" ;;
   logs) logs ;;
   delete) delete ;;
-  up) create; copy; install; start "$@" ;;
+  up) check_run; create; copy; install; start "$@" ;;
   *) echo "unknown action '${action}': create|copy|install|run|logs|delete|up" >&2
      exit 2 ;;
 esac

@@ -51,7 +51,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
-import inspect
 import json
 import os
 import shutil
@@ -148,22 +147,8 @@ def plan(out: str, *, methods: Sequence[str], seeds: Sequence[int],
 
 def planned_updates(run: Run) -> int:
   """The number of updates the run's gin configuration asks for."""
-  import gin  # pylint: disable=g-import-not-at-top
   from seed_jax import train as train_lib  # pylint: disable=g-import-not-at-top
-  flags = train_lib.parse_flags(list(run.args))
-  gin.add_config_file_search_path(
-      os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  gin.clear_config()
-  try:
-    gin.parse_config_files_and_bindings(flags.gin_file, flags.gin)
-    return int(gin.get_bindings(train_lib.train).get(
-        "num_updates", _default(train_lib.train, "num_updates")))
-  finally:
-    gin.clear_config()
-
-
-def _default(fn, name):
-  return inspect.signature(fn).parameters[name].default
+  return train_lib.planned_updates(run.args)
 
 
 def read_history(workdir: str) -> list[dict[str, Any]]:

@@ -96,17 +96,20 @@ def commands(runs: Sequence[Mapping[str, Any]], *, gin_files: Sequence[str],
     if launcher == "local":
       words = ["python", "-m", "seed_jax.train",
                *train_argv(gin_files, run_dir, b, extra)]
+      out.append(shell_command(words))
+      continue
+    # Assignments quote their value only: a quoted `'NAME=a b'` would be
+    # run as a command.
+    env = [f"GIN_FILE={_quote(gin_files[0])}", f"WORKDIR={_quote(run_dir)}"]
+    args = [*extra, *gin_args(b)]
+    if launcher == "tpu":
+      env.insert(0, f"TPU_NAME=${{TPU_NAME}}-{i}")
+      words = ["launch/tpu_vm.sh", "up", *args]
     else:
-      env = [f"GIN_FILE={gin_files[0]}", f"WORKDIR={run_dir}"]
-      args = [*extra, *gin_args(b)]
-      if launcher == "tpu":
-        words = [f"TPU_NAME=${{TPU_NAME}}-{i}", *env, "launch/tpu_vm.sh",
-                 "up", *args]
-      else:
-        inner = shell_command(["launch/slurm_gpu.sh", *args])
-        words = [*env, "sbatch", "--nodes=${NODES}",
-                 "--gpus-per-node=${GPUS_PER_NODE}", f"--wrap={inner}"]
-    out.append(shell_command(words))
+      inner = shell_command(["launch/slurm_gpu.sh", *args])
+      words = ["sbatch", "--nodes=${NODES}",
+               "--gpus-per-node=${GPUS_PER_NODE}", f"--wrap={inner}"]
+    out.append(" ".join(env) + " " + shell_command(words))
   return out
 
 
@@ -139,15 +142,27 @@ def final_metrics(run_dir: str) -> dict[str, Any] | None:
 
 def summarize(runs: Sequence[Mapping[str, Any]], root: str, *,
               metrics: Sequence[str] = DEFAULT_METRICS,
-              failed: Sequence[int] = ()) -> tuple[list[str], list[list[str]]]:
-  """Header and rows: index, each binding (short name), status, metrics."""
+              failed: Sequence[int] = (),
+              num_updates: Sequence[int | None] | None = None
+              ) -> tuple[list[str], list[list[str]]]:
+  """Header and rows: index, each binding (short name), status, metrics.
+
+  Status: failed (in `failed`), missing (no metrics.jsonl), done, or
+  "update k/N" for a run whose last logged update k is short of its
+  `num_updates[i]` (still running, or stopped); without `num_updates` every
+  run with metrics counts as done.
+  """
   keys = list(dict.fromkeys(k for b in runs for k in b))
   header = ["run", *(k.rsplit(".", 1)[-1] for k in keys), "status",
             *metrics]
   rows = []
   for i, b in enumerate(runs):
     final = final_metrics(os.path.join(root, str(i)))
+    planned = num_updates[i] if num_updates is not None else None
+    last = final.get("update") if final else None
     status = ("failed" if i in failed else "missing" if final is None
+              else f"update {last}/{planned}"
+              if planned is not None and (last is None or last < planned)
               else "done")
     vals = [_fmt(final.get(m)) if final else "-" for m in metrics]
     rows.append([str(i), *(_fmt(b.get(k)) for k in keys), status, *vals])
@@ -229,8 +244,12 @@ def main(argv=None) -> int:
     return 0
   failed = [] if args.summarize else run_local(
       runs, gin_files=args.gin_file, root=root, extra=args.extra)
+  from seed_jax import train  # pylint: disable=g-import-not-at-top
+  planned = [train.planned_updates(
+      train_argv(args.gin_file, os.path.join(root, str(i)), b, args.extra))
+             for i, b in enumerate(runs)]
   header, rows = summarize(runs, root, metrics=args.metrics.split(","),
-                           failed=failed)
+                           failed=failed, num_updates=planned)
   from seed_jax import distributed  # pylint: disable=g-import-not-at-top
   if distributed.is_writer():
     print(write_summary(root, header, rows), end="")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import inspect
 import logging
 import os
 import sys
@@ -236,6 +237,25 @@ def parse_flags(argv):
     else:
       parser.error(f"unrecognized argument {arg!r}")
   return known
+
+
+def planned_updates(argv) -> int:
+  """The number of updates a run with these `main` arguments asks for.
+
+  Parses its gin files and bindings (then clears them); no run starts.
+  """
+  args = parse_flags(list(argv))
+  gin.add_config_file_search_path(
+      os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  gin.clear_config()
+  try:
+    gin.parse_config_files_and_bindings(args.gin_file or [DEFAULT_GIN],
+                                        args.gin)
+    return int(gin.get_bindings(train).get(
+        "num_updates",
+        inspect.signature(train).parameters["num_updates"].default))
+  finally:
+    gin.clear_config()
 
 
 def main(argv=None) -> None:

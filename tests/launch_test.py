@@ -45,8 +45,8 @@ def test_tpu_vm_up_prints_every_command(fake_bin):
   assert lines == [
       "gcloud compute tpus tpu-vm create seed-pod --accelerator-type=v5p-32 "
       "--version=v2-alpha-tpuv5 --zone=us-east5-a",
-      "tar -czf /scratch/seed_jax_code.tgz --exclude-vcs --exclude-vcs-ignores "
-      "--exclude=.venv --exclude=__pycache__ '--exclude=*.egg-info' .",
+      "git ls-files -z --cached --others --exclude-standard | "
+      "tar --null -T - --ignore-failed-read -czf /scratch/seed_jax_code.tgz",
       "gcloud compute tpus tpu-vm scp /scratch/seed_jax_code.tgz "
       "seed-pod:~/seed_jax_code.tgz --worker=all --zone=us-east5-a",
       f"{ssh} --worker=all '--command=mkdir -p ~/seed_jax && tar -xzf "
@@ -64,6 +64,55 @@ def test_tpu_vm_up_prints_every_command(fake_bin):
   # The printed lines are shell words: the remote command keeps the binding.
   remote = shlex.split(lines[5])[7][len("--command="):]
   assert shlex.split(remote)[9:12] == ["launch/run_host.sh", *GIN_ARGS]
+
+
+def test_tpu_vm_workdir_with_a_space_stays_an_assignment(fake_bin):
+  env = dict(TPU, WORKDIR="/mnt/my runs/a")
+  line = _lines(_run(fake_bin, "tpu_vm.sh", "run", **env))[0]
+  remote = shlex.split(line)[7][len("--command="):]
+  # What the worker's shell makes of the assignments before the script.
+  assignments = remote.split(" && ", 1)[1].split(" PYTHON=")[0]
+  out = subprocess.run(["bash", "-c", f"{assignments} printenv WORKDIR"],
+                       capture_output=True, text=True, check=True).stdout
+  assert out == "/mnt/my runs/a\n"
+
+
+def test_tpu_vm_copy_ships_what_git_does_not_ignore(fake_bin, tmp_path):
+  # The script's own copy step, in a checkout with ignored run folders.
+  repo = tmp_path / "repo"
+  (repo / "launch").mkdir(parents=True)
+  for name in ("tpu_vm.sh", "lib.sh"):
+    (repo / "launch" / name).write_text(
+        open(os.path.join(ROOT, "launch", name)).read())
+  (repo / "launch" / "tpu_vm.sh").chmod(0o755)
+  (repo / ".gitignore").write_text("/runs/\n/workdir*/\n*.pyc\n")
+  for name in ("runs/a/ckpt", "workdir1/f", "pkg/mod.pyc", "pkg/mod.py"):
+    (repo / name).parent.mkdir(parents=True, exist_ok=True)
+    (repo / name).write_text("x")
+  git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo)]
+  subprocess.run(git + ["init", "-q"], check=True)
+  subprocess.run(git + ["add", "-A"], check=True)
+  subprocess.run(git + ["commit", "-qm", "x"], check=True)
+  (repo / "new.py").write_text("x")  # new, not yet committed: shipped
+  tarball = tmp_path / "seed_jax_code.tgz"
+  full = {"PATH": fake_bin + os.pathsep + os.environ["PATH"],
+          "HOME": os.environ.get("HOME", "/"), **TPU,
+          "TMPDIR": str(tmp_path)}
+  res = subprocess.run([str(repo / "launch" / "tpu_vm.sh"), "copy"], env=full,
+                       capture_output=True, text=True, timeout=30)
+  assert "ran" in res.stderr  # stopped at the fake gcloud, after the tar
+  names = subprocess.run(["tar", "-tzf", str(tarball)], capture_output=True,
+                         text=True, check=True).stdout.split()
+  assert sorted(names) == [".gitignore", "launch/lib.sh", "launch/tpu_vm.sh",
+                           "new.py", "pkg/mod.py"]
+
+
+def test_tpu_vm_up_checks_the_run_before_creating(fake_bin):
+  env = dict(TPU)
+  del env["GIN_FILE"]
+  res = _run(fake_bin, "tpu_vm.sh", "up", **env)
+  assert res.returncode != 0 and "GIN_FILE" in res.stderr
+  assert res.stdout == ""  # nothing created
 
 
 def test_tpu_vm_logs_and_delete(fake_bin):

@@ -3,6 +3,7 @@
 import json
 import os
 import shlex
+import subprocess
 
 import pytest
 
@@ -61,6 +62,19 @@ def test_emitted_commands(capsys):
       "--gin.trainer.RLConfig.opd_beta=1.0"]
 
 
+@pytest.mark.parametrize("launcher", ["tpu", "slurm"])
+def test_emitted_assignments_survive_a_space(capsys, launcher):
+  argv = [f"--sweep={SWEEP}", f"--gin_file={TINY}", "--workdir=/my runs",
+          "--emit_commands", f"--launcher={launcher}"]
+  assert sweep.main(argv) == 0
+  line = capsys.readouterr().out.splitlines()[2]
+  head = line.split(" launch/" if launcher == "tpu" else " sbatch ")[0]
+  out = subprocess.run(["bash", "-c", f"{head} printenv WORKDIR GIN_FILE"],
+                       env={"TPU_NAME": "t"}, capture_output=True, text=True,
+                       check=True).stdout
+  assert out.splitlines() == ["/my runs/opd_lambda_beta/2", TINY]
+
+
 def _write_metrics(run_dir, records):
   os.makedirs(run_dir, exist_ok=True)
   with open(os.path.join(run_dir, "metrics.jsonl"), "w") as f:
@@ -83,6 +97,15 @@ def test_summary_of_finished_and_missing_runs(tmp_path):
   assert (tmp_path / "summary.csv").read_text().splitlines() == [
       "run,lr,variant,status,eval/seen/success,kl",
       "0,0.1,seed,done,0.25,0.001235", "1,0.2,-,missing,-,-"]
+
+
+def test_a_run_short_of_its_updates_is_not_done(tmp_path):
+  runs = [{"a.lr": 0.1}, {"a.lr": 0.2}]
+  _write_metrics(str(tmp_path / "0"), [{"update": 0}, {"update": 3}])
+  _write_metrics(str(tmp_path / "1"), [{"update": 0}, {"update": 150}])
+  _, rows = sweep.summarize(runs, str(tmp_path), metrics=(),
+                            num_updates=[150, 150])
+  assert [r[2] for r in rows] == ["update 3/150", "done"]
 
 
 def test_local_runs_one_after_another(tmp_path, monkeypatch, capsys):
