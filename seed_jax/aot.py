@@ -115,7 +115,12 @@ def _sds(shape, dtype, sharding):
 def compile_train_step(config, mesh, *, batch: int, prompt_len: int,
                        response_len: int, micro_batches: int = 1,
                        remat: bool = True):
-  """The SEED train step (`trainer.RLConfig` loss defaults), compiled."""
+  """The SEED train step (`trainer.RLConfig` loss defaults), compiled.
+
+  Raises:
+    ValueError: a batch the trainer would refuse on this mesh.
+  """
+  partitioning.check_batch_split(mesh, batch, micro_batches)
   tx = ts.make_optimizer(1e-6)
   psh = partitioning.param_shardings(config, mesh)
   ssh = ts.state_shardings(tx, psh, mesh)

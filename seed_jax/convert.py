@@ -58,7 +58,7 @@ def hf_to_orbax(src: str, dst: str, *, mesh_shape: Sequence[int] = (1, -1, 1)
   Raises:
     FileExistsError: when `dst/params` already exists.
   """
-  target = epath.Path(dst) / PARAMS
+  target = epath.Path(dst).absolute() / PARAMS  # orbax wants absolute paths
   if target.exists():
     raise FileExistsError(f"{target} exists; choose another destination")
   config = hf.load_config(src)

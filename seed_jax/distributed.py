@@ -52,11 +52,16 @@ def initialize(coordinator_address: str | None = None,
     Whether `jax.distributed` is (now) initialized.
 
   Raises:
-    ValueError: an address without the process count and id.
+    ValueError: an address without the process count and id, or a
+      SEED_DISTRIBUTED that is neither true nor false.
   """
   env = os.environ if env is None else env
   address = coordinator_address or env.get("SEED_COORDINATOR") or None
-  auto = env.get("SEED_DISTRIBUTED", "0") not in ("", "0")
+  flag = env.get("SEED_DISTRIBUTED", "").strip().lower()
+  if flag not in ("", "0", "false", "no", "off", "1", "true", "yes", "on"):
+    raise ValueError(f"SEED_DISTRIBUTED={env['SEED_DISTRIBUTED']!r}: use 1 "
+                     "(true, yes, on) or 0 (false, no, off)")
+  auto = flag in ("1", "true", "yes", "on")
   if jax.distributed.is_initialized():
     return True
   local = env.get("SEED_LOCAL_DEVICES")

@@ -51,6 +51,10 @@ def make_mesh(shape: Sequence[int] = (-1, 1, 1),
   shape = list(shape)
   if len(shape) != 3:
     raise ValueError(f"mesh shape needs 3 sizes for {MESH_AXES}, got {shape}")
+  for axis, size in zip(MESH_AXES, shape):
+    if size != -1 and (not isinstance(size, (int, np.integer)) or size < 1):
+      raise ValueError(f"mesh size of axis {axis!r} must be a positive "
+                       f"integer or -1, got {size!r} in {shape}")
   if shape.count(-1) > 1:
     raise ValueError(f"at most one mesh size may be -1, got {shape}")
   known = math.prod(s for s in shape if s != -1)
@@ -129,6 +133,19 @@ def replicated(mesh: Mesh) -> NamedSharding:
 def data_parallel_size(mesh: Mesh, rules=DEFAULT_RULES) -> int:
   """How many ways the batch axis is split; batch sizes must divide it."""
   return _mesh_axes_size(mesh, dict(rules).get("batch"))
+
+
+def check_batch_split(mesh: Mesh, batch: int, micro_batches: int,
+                      rules=DEFAULT_RULES) -> None:
+  """Raises ValueError unless `batch` rows split into `micro_batches` equal
+  micro-batches that each split over the data-parallel devices."""
+  dp = data_parallel_size(mesh, rules)
+  if micro_batches < 1 or batch % (dp * micro_batches):
+    raise ValueError(
+        f"a batch of {batch} rows does not split into {micro_batches} "
+        f"micro-batches over the {dp}-way data-parallel mesh "
+        f"{dict(mesh.shape)}: batch / micro_batches must be a multiple of "
+        f"{dp} (fewer micro-batches, or a mesh with fewer data x fsdp ways)")
 
 
 def shard_batch(tree: Any, mesh: Mesh, rules=DEFAULT_RULES) -> Any:

@@ -256,6 +256,10 @@ class RLTrainer:
             f"in mode {rl.analysis_mode!r} with "
             f"max_critical_steps={rl.max_critical_steps}; bind them alike")
     rules = rules or partitioning.DEFAULT_RULES
+    if mesh is None and jax.process_count() > 1:
+      raise ValueError(
+          f"{jax.process_count()} processes need a training mesh over all "
+          "of their devices: set train.train.mesh_shape, e.g. (1, -1, 1)")
     self.mesh = mesh or partitioning.make_mesh((1, 1, 1), jax.devices()[:1])
     self.chunks = rollout_chunks or jax.process_count()
     if rl.num_groups % self.chunks or self.chunks % jax.process_count():
@@ -263,12 +267,12 @@ class RLTrainer:
           f"rollout_chunks={self.chunks} must divide num_groups="
           f"{rl.num_groups} and be a multiple of the {jax.process_count()} "
           "processes")
-    dp = partitioning.data_parallel_size(self.mesh, rules)
-    if rl.mini_batch_size % (dp * rl.micro_batches):
-      raise ValueError(
-          f"mini_batch_size={rl.mini_batch_size} does not split into "
-          f"{rl.micro_batches} micro-batches over the {dp}-way data-parallel "
-          f"mesh {dict(self.mesh.shape)}")
+    try:
+      partitioning.check_batch_split(self.mesh, rl.mini_batch_size,
+                                     rl.micro_batches, rules)
+    except ValueError as e:
+      raise ValueError(f"RLConfig.mini_batch_size={rl.mini_batch_size}, "
+                       f"micro_batches={rl.micro_batches}: {e}") from None
     self.policy = rollout_lib.Policy(
         model_config, tokenizer, max_new_tokens=rl.max_new_tokens,
         buckets=rl.prompt_buckets, min_rows=8)

@@ -8,6 +8,7 @@ import pytest
 
 from seed_jax import aot
 from seed_jax import model as model_lib
+from seed_jax import partitioning
 from seed_jax import testing
 
 
@@ -46,6 +47,13 @@ def test_tiny_train_step_and_sampler_fit_v4_16():
 def test_too_few_devices_is_a_clear_error():
   with pytest.raises(ValueError, match="v5p-32 needs 16 devices, 8"):
     aot.fit_report(testing.tiny_config(), topology="v5p-32")
+
+
+def test_a_batch_the_trainer_would_refuse_is_an_error_before_compiling():
+  mesh = partitioning.make_mesh((1, -1, 1))
+  with pytest.raises(ValueError, match="8 micro-batches over the 8-way"):
+    aot.compile_train_step(testing.tiny_config(), mesh, batch=32,
+                           prompt_len=16, response_len=8, micro_batches=8)
 
 
 def test_cli_flags():

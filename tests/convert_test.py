@@ -14,6 +14,16 @@ from seed_jax import model as model_lib
 from seed_jax import testing
 
 
+def test_relative_destination(tmp_path, monkeypatch):
+  config = testing.tiny_config(family="llama")
+  hf.save_pretrained(str(tmp_path / "hf"), config,
+                     model_lib.init_params(config, jax.random.key(0)))
+  monkeypatch.chdir(tmp_path)
+  convert.main(["hf_to_orbax", "--src=hf", "--dst=out", "--mesh=1,-1,1"])
+  assert (tmp_path / "out" / "params").is_dir()
+  assert not [p for p in os.listdir(tmp_path / "out") if "tmp" in p]
+
+
 def test_round_trip_keeps_every_tensor(tmp_path):
   config = testing.tiny_config(family="qwen2")
   params = model_lib.init_params(config, jax.random.key(3))

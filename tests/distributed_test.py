@@ -12,6 +12,13 @@ def test_single_host_is_a_no_op():
   assert jax.process_count() == 1 and distributed.is_writer()
 
 
+def test_distributed_flag_spellings():
+  for off in ("false", "no", "OFF", ""):
+    assert not distributed.initialize(env={"SEED_DISTRIBUTED": off})
+  with pytest.raises(ValueError, match="SEED_DISTRIBUTED='maybe'"):
+    distributed.initialize(env={"SEED_DISTRIBUTED": "maybe"})
+
+
 def test_an_address_needs_the_process_count_and_id():
   with pytest.raises(ValueError, match="SEED_NUM_PROCESSES"):
     distributed.initialize(env={"SEED_COORDINATOR": "127.0.0.1:1234"})

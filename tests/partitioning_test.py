@@ -21,6 +21,17 @@ def test_make_mesh_sizes():
     partitioning.make_mesh((2, 3, 1))
   with pytest.raises(ValueError, match="at most one"):
     partitioning.make_mesh((-1, -1, 1))
+  with pytest.raises(ValueError, match="axis 'data' must be a positive"):
+    partitioning.make_mesh((0, -1, 1))
+  with pytest.raises(ValueError, match="axis 'data' must be a positive"):
+    partitioning.make_mesh((-2, -1, 1))
+
+
+def test_batch_split_into_micro_batches_over_the_mesh():
+  mesh = partitioning.make_mesh((1, -1, 1))  # batch over data x fsdp: 8 ways
+  partitioning.check_batch_split(mesh, 32, 4)  # 8 rows per micro-batch
+  with pytest.raises(ValueError, match="multiple of 8"):
+    partitioning.check_batch_split(mesh, 32, 8)  # 4 rows over 8 devices
 
 
 def test_rules_replicate_what_does_not_divide():

@@ -216,6 +216,14 @@ def test_env_kwargs_may_not_set_what_the_run_sets(policy):
                           tx=optax.sgd(0.0), env_kwargs={"max_steps": 5})
 
 
+def test_several_processes_need_a_mesh(policy, monkeypatch):
+  monkeypatch.setattr(jax, "process_count", lambda: 2)
+  with pytest.raises(ValueError, match="2 processes need a training mesh"):
+    trainer_lib.RLTrainer(policy.config, policy.tokenizer,
+                          trainer_lib.RLConfig(num_groups=2),
+                          env_name="household", tx=optax.sgd(0.0))
+
+
 def test_stage1_and_rl_budgets_are_checked(policy, tmp_path):
   from seed_jax import policies
   with pytest.raises(ValueError, match="analysis_max_prompt_tokens=4096 "
