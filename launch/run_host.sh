@@ -15,6 +15,10 @@ source launch/lib.sh
 
 : "${GIN_FILE:?set GIN_FILE, e.g. configs/experiments/tiny.gin}"
 : "${WORKDIR:?set WORKDIR, a directory every host can write}"
+if [[ "${WORKDIR}" == *[\'\\]* ]]; then  # it becomes a quoted gin string
+  echo "WORKDIR may not contain a quote or a backslash: ${WORKDIR}" >&2
+  exit 2
+fi
 if [[ -n "${SEED_COORDINATOR:-}" ]]; then
   : "${SEED_NUM_PROCESSES:?set SEED_NUM_PROCESSES with SEED_COORDINATOR}"
   export SEED_PROCESS_ID="${SEED_PROCESS_ID:-${SLURM_PROCID:?set SEED_PROCESS_ID with SEED_COORDINATOR}}"

@@ -21,7 +21,7 @@ source launch/lib.sh
 : "${TPU_NAME:?set TPU_NAME, the TPU VM name}"
 : "${ZONE:?set ZONE, e.g. us-east5-a}"
 JAX_TPU="${JAX_TPU:-jax[tpu]==0.10.2}"
-TARBALL="${TMPDIR:-/tmp}/seed_jax_code.tgz"
+TARBALL="${TMPDIR:-/tmp}/seed_jax_code_${TPU_NAME}.tgz"  # one per slice
 REMOTE_DIR="seed_jax"  # under each worker's home directory
 LOG="seed_jax.log"
 

@@ -46,8 +46,9 @@ def test_tpu_vm_up_prints_every_command(fake_bin):
       "gcloud compute tpus tpu-vm create seed-pod --accelerator-type=v5p-32 "
       "--version=v2-alpha-tpuv5 --zone=us-east5-a",
       "git ls-files -z --cached --others --exclude-standard | "
-      "tar --null -T - --ignore-failed-read -czf /scratch/seed_jax_code.tgz",
-      "gcloud compute tpus tpu-vm scp /scratch/seed_jax_code.tgz "
+      "tar --null -T - --ignore-failed-read -czf "
+      "/scratch/seed_jax_code_seed-pod.tgz",
+      "gcloud compute tpus tpu-vm scp /scratch/seed_jax_code_seed-pod.tgz "
       "seed-pod:~/seed_jax_code.tgz --worker=all --zone=us-east5-a",
       f"{ssh} --worker=all '--command=mkdir -p ~/seed_jax && tar -xzf "
       "~/seed_jax_code.tgz -C ~/seed_jax' --zone=us-east5-a",
@@ -94,7 +95,7 @@ def test_tpu_vm_copy_ships_what_git_does_not_ignore(fake_bin, tmp_path):
   subprocess.run(git + ["add", "-A"], check=True)
   subprocess.run(git + ["commit", "-qm", "x"], check=True)
   (repo / "new.py").write_text("x")  # new, not yet committed: shipped
-  tarball = tmp_path / "seed_jax_code.tgz"
+  tarball = tmp_path / "seed_jax_code_seed-pod.tgz"
   full = {"PATH": fake_bin + os.pathsep + os.environ["PATH"],
           "HOME": os.environ.get("HOME", "/"), **TPU,
           "TMPDIR": str(tmp_path)}
@@ -139,6 +140,10 @@ def test_run_host(fake_bin):
   assert res.returncode and "SEED_PROCESS_ID" in res.stderr
   assert _run(fake_bin, "run_host.sh", SEED_COORDINATOR="h:1",
               SEED_NUM_PROCESSES="2", SLURM_PROCID="1", **env).returncode == 0
+  res = _run(fake_bin, "run_host.sh", GIN_FILE=env["GIN_FILE"],
+             WORKDIR="/mnt/bob's runs")
+  assert res.returncode == 2 and "may not contain a quote" in res.stderr
+  assert res.stdout == ""
 
 
 def test_slurm_gpu_coordinates_on_the_first_node(fake_bin):
