@@ -10,6 +10,7 @@ skill block right after it (docs/algorithm.md §5).
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Callable, Sequence
 
@@ -59,7 +60,9 @@ def _strip_task(observation: str) -> str:
 
 def household_prompt(task: str, history: History, observation: str,
                      admissible: Sequence[str], *,
-                     history_length: int = HISTORY_LENGTH) -> str:
+                     history_length: int = HISTORY_LENGTH,
+                     environment: str = "the ALFRED Embodied Environment"
+                     ) -> str:
   """Rollout prompt for the household (ALFWorld-style) environment.
 
   Args:
@@ -68,6 +71,7 @@ def household_prompt(task: str, history: History, observation: str,
     observation: the current observation.
     admissible: the admissible actions now.
     history_length: how many recent pairs to show (k).
+    environment: what the first line says the agent operates in.
 
   Returns:
     The prompt. Example, with history [("You arrive at fridge 1. The fridge 1
@@ -84,8 +88,9 @@ def household_prompt(task: str, history: History, observation: str,
       You should first reason step-by-step ... <action> </action> tags.
       Now it's your turn to take an action.
   """
-  lines = ["You are an expert agent operating in the ALFRED Embodied "
-           "Environment.", f"Your task is to: {task}."]
+  end = "" if task.endswith((".", "!", "?")) else "."
+  lines = [f"You are an expert agent operating in {environment}.",
+           f"Your task is to: {task}{end}"]
   lines += _history_lines(
       history, history_length,
       lambda i, o, a: f"[Observation {i}: '{_strip_task(o)}', Action {i}: "
@@ -150,8 +155,9 @@ def sokoban_prompt(task: str, history: History, observation: str,
 
 PROMPT_BUILDERS: dict[str, Callable[..., str]] = {
     "household": household_prompt, "sokoban": sokoban_prompt,
-    "twx": household_prompt, "alfworld": household_prompt,
-    "gym_sokoban": sokoban_prompt}
+    "twx": functools.partial(household_prompt,
+                             environment="a TextWorldExpress text game"),
+    "alfworld": household_prompt, "gym_sokoban": sokoban_prompt}
 
 
 def build_prompt(env_name: str, task: str, history: History, observation: str,

@@ -270,3 +270,16 @@ def test_alfworld_game_files_without_the_package(tmp_path, monkeypatch):
   monkeypatch.setenv("ALFWORLD_DATA", str(tmp_path))
   assert alfworld_env.find_games("eval_unseen") == [str(game)]
   assert alfworld_env.find_games("train", games=str(game)) == [str(game)]
+
+
+def test_twx_train_seeds_skip_the_dev_and_test_games():
+  # Works without the package: the seed mapping is pure.
+  dev, test = range(10_000, 10_005), [20_000, 20_001, 20_003]
+  kw = dict(dev_seeds=dev, test_seeds=test)
+  train = [twx.twx_seed(s, fold="train", split="train", **kw)
+           for s in range(20_005)]
+  assert train[:3] == [0, 1, 2] and len(set(train)) == len(train)
+  assert not set(train) & (set(dev) | set(test))
+  assert train[9_999] == 9_999 and train[10_000] == 10_005
+  assert twx.twx_seed(2_000_001, fold="test",
+                                    split="eval_unseen", **kw) == 20_001

@@ -242,3 +242,28 @@ def test_ground_truth():
   assert set(truth["taken"]) <= set(truth["start_locations"])
   assert truth["visited"] == [a[len("go to "):] for a in plan
                               if a.startswith("go to ")]
+
+
+def test_fair_expert_searches_for_the_lamp_it_has_not_seen():
+  # peek=False uses only what it saw: it may not head for the lamp's place
+  # while an earlier place in its search order could hold the lamp.
+  jumps = wins = 0
+  for seed in range(150):
+    env = household.HouseholdEnv(families=("look_at_in_light",))
+    env.reset(seed)
+    expert = household.ExpertPlanner(env, peek=False, shuffle_search=True,
+                                     seed=seed)
+    seen, done = set(), False
+    while not done:
+      w = env.world
+      if w.location is not None and w.location not in w.closed:
+        seen.add(w.location)
+      action = expert.act()
+      if action == f"go to {w.lamp_at}" and w.lamp_at not in seen:
+        first = next(r for r in expert.order
+                     if hw.kind(r) in
+                     hw.LAMP_PLACES[w.room] and r not in seen)
+        jumps += first != w.lamp_at
+      *_, done, info = env.step(action)
+    wins += info["won"]
+  assert jumps == 0 and wins == 150

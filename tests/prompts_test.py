@@ -147,3 +147,18 @@ def test_project_action_fallbacks():
   assert prompts.project("sokoban", bad, ["up"]) == ("still", False)
   assert prompts.project("sokoban", "<think>t</think><action>Up</action>",
                          ["up", "down", "left", "right"]) == ("up", True)
+
+
+def test_twx_prompt_names_its_game_and_keeps_the_task_punctuation():
+  text = prompts.build_prompt(
+      "twx", "You are hungry! Let's cook a delicious meal. Once done, enjoy "
+      "your meal!", [], "You are in the kitchen.", ["look around"])
+  lines = text.splitlines()
+  assert lines[0] == ("You are an expert agent operating in a TextWorldExpress "
+                      "text game.")
+  assert lines[1].endswith("enjoy your meal!")
+  household = prompts.build_prompt("household", "put a mug in desk", [],
+                                   "You are in a room.", ["look"])
+  assert household.splitlines()[:2] == [
+      "You are an expert agent operating in the ALFRED Embodied Environment.",
+      "Your task is to: put a mug in desk."]

@@ -11,8 +11,10 @@ Info = dict[str, Any]
 # seed s generates the same task in every member and in every run. Training uses
 # [0, 1e6); evaluation on training-like tasks uses [1e6, 2e6); evaluation on
 # unseen tasks (household: unseen object/receptacle combinations and layouts)
-# uses [2e6, 3e6). Keeping eval seeds out of the training range means a train
-# task can never reappear at evaluation time, whatever the environment.
+# uses [2e6, 3e6). Distinct seeds can still draw the same task when the task
+# space is small, so such environments split by content as well (Sokoban
+# keeps a hash class of levels for evaluation; household draws unseen tasks
+# from their own combinations and layouts).
 SPLITS: dict[str, range] = {
     "train": range(0, 1_000_000),
     "eval_seen": range(1_000_000, 2_000_000),

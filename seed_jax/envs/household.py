@@ -346,6 +346,13 @@ def _plan(w: hw.World, known: set[str] | None,
     p.go(appliance)
     p.actions.append(f"{fam} {p.held} with {appliance}")
   if fam == "look_at_in_light":
+    if known is not None and w.lamp_at not in known:
+      # A fair planner has not seen the lamp yet: look where lamps stand.
+      kinds = hw.LAMP_PLACES[w.room]
+      for r in order or _search_order(w):
+        if hw.kind(r) in kinds and r not in known:
+          p.go(r)
+          return p.actions
     p.go(w.lamp_at)
     if not w.lamp_on:
       p.actions.append(f"use {LAMP}")

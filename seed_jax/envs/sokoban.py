@@ -16,6 +16,7 @@ from __future__ import annotations
 import collections
 import random
 from typing import Any
+import zlib
 
 import numpy as np
 
@@ -105,15 +106,33 @@ class Level:
     return "wall" if vertical or horizontal else None
 
 
+# Small grids hold few distinct levels, so disjoint seed ranges alone would
+# still repeat training levels at evaluation (about one in eight at 6x6 with
+# one box). Levels are therefore split by a hash of the start position: one
+# class in HELD_OUT_CLASSES is kept for evaluation, the others for training.
+HELD_OUT_CLASSES = 4
+
+
+def held_out(level: Level, state: State) -> bool:
+  """Whether a start position belongs to the evaluation levels."""
+  key = repr((sorted(level.walls), sorted(level.targets), state[0],
+              sorted(state[1]), level.shape)).encode()
+  return zlib.crc32(key) % HELD_OUT_CLASSES == 0
+
+
 def generate(seed: int, *, dim: Pos = (6, 6), num_boxes: int = 1,
-             max_solution: int = 20) -> tuple[Level, State, list[str]]:
+             max_solution: int = 20, evaluation: bool | None = None
+             ) -> tuple[Level, State, list[str]]:
   """Generates a level by reverse play from a solved state.
 
   Args:
     seed: task seed.
     dim: (rows, cols) including the outer wall.
     num_boxes: boxes (= targets).
-    max_solution: reject levels whose optimal solution is longer.
+    max_solution: reject levels whose optimal solution is longer (the
+      environment passes its max_steps, so every level is solvable in time).
+    evaluation: True keeps only evaluation levels (`held_out`), False only
+      training levels, None any level.
 
   Returns:
     (level, start state, optimal solution).
@@ -121,7 +140,8 @@ def generate(seed: int, *, dim: Pos = (6, 6), num_boxes: int = 1,
   rng = random.Random(seed)
   for _ in range(1000):
     made = _try_generate(rng, dim, num_boxes, max_solution)
-    if made is not None:
+    if made is not None and (evaluation is None or
+                             held_out(made[0], made[1]) == evaluation):
       return made
   raise RuntimeError(f"no sokoban level for seed {seed}")
 
@@ -189,11 +209,13 @@ class SokobanEnv:
   """A Sokoban level; see the module docstring.
 
   Args:
-    split: accepted for the pool; every split uses the same generator (the
-      seed ranges keep evaluation levels apart).
+    split: "train" plays training levels; the evaluation splits play levels
+      no training seed can produce (`held_out`), from their own seed ranges.
     dim: (rows, cols) of the grid, walls included.
     num_boxes: boxes per level.
-    max_steps: steps before the episode is cut.
+    max_steps: steps before the episode is cut; also the longest optimal
+      solution a generated level may have, so the levels of a seed depend
+      on it.
   """
 
   name = "sokoban"
@@ -201,9 +223,10 @@ class SokobanEnv:
 
   def __init__(self, *, split: str = "train", dim: Pos = (6, 6),
                num_boxes: int = 1, max_steps: int = 30) -> None:
-    del split
+    self.evaluation = split != "train"
     self.dim = tuple(dim)
     self.num_boxes = num_boxes
+    self._generator = dict(dim=self.dim, num_boxes=num_boxes)  # not load_text's
     self.max_steps = max_steps
     self.level: Level | None = None
     self.state: State | None = None
@@ -219,8 +242,9 @@ class SokobanEnv:
   def reset(self, seed: int) -> tuple[str, dict[str, Any]]:
     """Generates the level of `seed`; returns (text grid, info)."""
     self.level, self.state, self.solution = generate(
-        seed, dim=self.dim, num_boxes=self.num_boxes,
-        max_solution=self.max_steps)
+        seed, **self._generator, max_solution=self.max_steps,
+        evaluation=self.evaluation)
+    self.dim, self.num_boxes = self.level.shape, len(self.state[1])
     return self._start()
 
   def load_text(self, grid: str) -> tuple[str, dict[str, Any]]:

@@ -5,10 +5,12 @@ Optional: needs `pip install textworld-express` and a Java runtime (8 or later,
 imports it until an environment is built.
 
 Splits map to TextWorldExpress folds, which differ in their object sets:
-"train" and "eval_seen" play the train fold with the seed as given (the seed
-ranges keep them apart), "eval_unseen" plays the test fold on its official
-seeds (split offset i -> the fold's i-th seed, so eval_unseen seeds
-2,000,000..2,000,999 are exactly the published test games).
+"train" and "eval_seen" play the train fold (the seed ranges keep them
+apart), skipping TWX's dev and test seeds: in games whose folds do not differ
+(coin), a train seed equal to a test seed would be that very test game.
+"eval_unseen" plays the test fold on its official seeds (split offset i ->
+the fold's i-th seed, so eval_unseen seeds 2,000,000..2,000,999 are exactly
+the published test games).
 
 Example:
   env = TextWorldExpressEnv(game="coin", params={"numLocations": 2})
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import random
 import shutil
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from seed_jax.envs.base import SPLITS
 
@@ -61,6 +63,24 @@ def _task_text(description: str) -> str:
   if text.lower().startswith(prefix):
     text = text[len(prefix):]
   return text.rstrip(".")
+
+
+def twx_seed(seed: int, *, fold: str, split: str, dev_seeds: Sequence[int],
+             test_seeds: Sequence[int]) -> int:
+  """The TWX seed that our task seed plays (see the module docstring).
+
+  Train fold: the seed-th integer that is neither a dev nor a test seed.
+  Dev and test folds: the fold's official seeds, by offset into the split.
+  """
+  if fold == "train":
+    out = int(seed)
+    for s in sorted(set(dev_seeds) | set(test_seeds)):
+      if s > out:
+        break
+      out += 1
+    return out
+  seeds = list(dev_seeds if fold == "dev" else test_seeds)
+  return seeds[(seed - SPLITS[split].start) % len(seeds)]
 
 
 class TextWorldExpressEnv:
@@ -139,11 +159,9 @@ class TextWorldExpressEnv:
     return obs.strip(), self._protocol_info(valid=True)
 
   def _twx_seed(self, seed: int) -> int:
-    if self.fold == "train":
-      return int(seed)
-    seeds = (self._engine.getValidSeedsDev() if self.fold == "dev"
-             else self._engine.getValidSeedsTest())
-    return seeds[(seed - SPLITS[self.split].start) % len(seeds)]
+    return twx_seed(seed, fold=self.fold, split=self.split,
+                    dev_seeds=self._engine.getValidSeedsDev(),
+                    test_seeds=self._engine.getValidSeedsTest())
 
   def step(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
     """Plays one action; one not among the admissible actions is an invalid
