@@ -27,15 +27,24 @@ def main(argv=None) -> None:
                       help="0 for greedy decoding")
   parser.add_argument("--seed", type=int, default=0)
   args = parser.parse_args(argv)
+  if args.max_new_tokens < 1:
+    parser.error(f"--max_new_tokens must be at least 1, got "
+                 f"{args.max_new_tokens}")
+  if args.temperature < 0:
+    parser.error(f"--temperature must be >= 0 (0: greedy), got "
+                 f"{args.temperature}")
 
   t0 = time.time()
-  if args.model_dir:
-    config, params = hf.load_pretrained(args.model_dir)
-    tok = hf.load_tokenizer(args.model_dir)
-  else:
-    config, params = hf.load_gguf()
-    tok = hf.load_tokenizer()
-  hf.check_vocab(tok, config)
+  try:
+    if args.model_dir:
+      config, params = hf.load_pretrained(args.model_dir)
+      tok = hf.load_tokenizer(args.model_dir)
+    else:
+      config, params = hf.load_gguf()
+      tok = hf.load_tokenizer()
+    hf.check_vocab(tok, config)
+  except (FileNotFoundError, KeyError, ValueError) as e:
+    raise SystemExit(f"error: {e}") from None
   print(f"loaded {config.family} ({config.num_layers} layers) in "
         f"{time.time() - t0:.1f}s", flush=True)
   texts = [tok.apply_chat_template([{"role": "user", "content": p}],

@@ -32,6 +32,7 @@ import csv
 import inspect
 import io
 import json
+import logging
 import os
 import sys
 from typing import Any, Callable, Sequence
@@ -147,6 +148,10 @@ def evaluate_split(policy: rollout_lib.Policy, params, *, env_name: str,
     for ep in res.episodes:
       wins[ep.family].append(ep.success)
     done += groups
+    if done < num_tasks:  # progress on long evaluations
+      logging.info("evaluate %s: %d/%d tasks, success so far %.3f", split,
+                   done, num_tasks,
+                   np.mean([w for v in wins.values() for w in v]))
   out = {"success": float(np.mean([w for v in wins.values() for w in v])),
          "tasks": float(done)}
   for fam, v in sorted(wins.items()):
@@ -379,12 +384,24 @@ def parse_flags(argv):
                       "temp<T>.json")
   parser.add_argument("--out_csv", default=None,
                       help="default: the JSON's name, .csv")
-  return parser.parse_args(argv)
+  args = parser.parse_args(argv)
+  if args.num_tasks < 1:
+    parser.error(f"--num_tasks must be at least 1, got {args.num_tasks}")
+  if args.temperature < 0:
+    parser.error(f"--temperature must be >= 0 (0: greedy), got "
+                 f"{args.temperature}")
+  if args.max_steps is not None and args.max_steps < 1:
+    parser.error(f"--max_steps must be at least 1, got {args.max_steps}")
+  if args.history_length is not None and args.history_length < 0:
+    parser.error(f"--history_length must be >= 0, got {args.history_length}")
+  return args
 
 
 def main(argv=None) -> dict[str, Any]:
   args = parse_flags(sys.argv[1:] if argv is None else argv)
   from seed_jax import partitioning  # pylint: disable=g-import-not-at-top
+  from seed_jax import train as train_lib  # pylint: disable=g-import-not-at-top
+  train_lib.console_logging()
   workdir = os.path.abspath(args.workdir)
   try:
     step = pick_step(checkpoint_steps(workdir), args.step)
@@ -405,7 +422,7 @@ def main(argv=None) -> dict[str, Any]:
                      temperature=args.temperature, max_steps=args.max_steps,
                      history_length=args.history_length)
   out_json = args.out_json or base + ".json"
-  out_csv = args.out_csv or base + ".csv"
+  out_csv = args.out_csv or os.path.splitext(out_json)[0] + ".csv"
   # The CSV first: a JSON on disk means the evaluation is complete (the
   # experiments' rescoring reuses it).
   results.write_text_atomic(out_csv, csv_text(table))

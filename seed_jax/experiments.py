@@ -323,8 +323,12 @@ def status_report(out: str) -> str:
   if not os.path.exists(path):
     raise FileNotFoundError(f"no {STATUS} in {out}: start the experiment "
                             "with `python -m seed_jax.experiments run`")
-  with open(path) as f:
-    status = json.load(f)
+  try:
+    with open(path) as f:
+      status = json.load(f)
+  except ValueError as e:
+    raise ValueError(f"{path} does not parse ({e}); `run` rewrites it when "
+                     "it starts again") from None
   alive = _runner_alive(status)
   runner = {True: "running", False: "stopped", None: "unknown (other host)"}
   lines = [f"runner pid {status['pid']} on {status['host']}: {runner[alive]}"
@@ -450,10 +454,16 @@ def rescore(out: str, *, num_tasks: int = 256, seed: int = 12345,
 
   Raises:
     FileNotFoundError: when OUT holds no run with a checkpoint.
+    ValueError: a method in `methods` that OUT holds no run of.
   """
   from seed_jax import evaluate  # pylint: disable=g-import-not-at-top
+  found = run_dirs(out)
+  unknown = sorted(set(methods or ()) - set(found))
+  if unknown:
+    raise ValueError(f"no runs of method(s) {unknown} under {out}; it holds "
+                     f"{sorted(found)}")
   reports = {}
-  for m, by_seed in run_dirs(out).items():
+  for m, by_seed in found.items():
     if methods is not None and m not in methods:
       continue
     for s, workdir in by_seed.items():

@@ -25,6 +25,7 @@ import argparse
 import collections
 import dataclasses
 import json
+import logging
 import os
 import re
 import sys
@@ -116,6 +117,8 @@ def breakdown(rl_trainer, params, rng, *, batches: int,
       gap = batch["skill_logp"][i, :n] - batch["old_logp"][i, :n]
       kinds = token_kinds([decode([t]) for t in s.response_ids])
       rows.append((kinds, gap, bool(c.episodes[s.traj_uid].success)))
+    logging.info("gaps: batch %d/%d, %d analyzed samples so far", b + 1,
+                 batches, len(rows))
   return {"batches": batches, "analyzed_samples": len(rows),
           "analyses_parsed": float(np.mean(parsed)) if parsed else 0.0,
           "cells": gap_table(rows, beta=rl_trainer.rl.opd_beta)}
@@ -137,7 +140,10 @@ def main(argv=None) -> dict[str, Any]:
     raise SystemExit(f"error: --batches must be >= 1, got {args.batches}")
   import jax  # pylint: disable=g-import-not-at-top
   from seed_jax import evaluate  # pylint: disable=g-import-not-at-top
+  from seed_jax import results  # pylint: disable=g-import-not-at-top
+  from seed_jax import train as train_lib  # pylint: disable=g-import-not-at-top
   from seed_jax import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
+  train_lib.console_logging()
   workdir = os.path.abspath(args.workdir)
   try:
     run = evaluate._run_settings(workdir)  # pylint: disable=protected-access
@@ -170,8 +176,7 @@ def main(argv=None) -> dict[str, Any]:
           f"{c['mean_gate']:6.3f}")
   out = args.out_json or os.path.join(
       workdir, f"gaps_step_{args.step}.json" if args.step else "gaps.json")
-  with open(out, "w") as f:
-    json.dump(report, f, indent=1)
+  results.write_text_atomic(out, json.dumps(report, indent=1))
   print(f"{report['analyzed_samples']} analyzed samples "
         f"(analyses parsed {report['analyses_parsed']:.2f}); wrote {out}")
   return report

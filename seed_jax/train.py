@@ -18,7 +18,7 @@ import logging
 import os
 import sys
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from etils import epath
 import gin
@@ -239,18 +239,94 @@ def parse_flags(argv):
   return known
 
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Macros the code reads itself (train.main), not through a `%NAME` in a file.
+CODE_MACROS = ("WORKDIR",)
+
+
+def find_gin_file(path: str) -> str:
+  """`path` as given, else under the source checkout (configs/...).
+
+  Raises:
+    FileNotFoundError: naming the file and where it was looked for.
+  """
+  for candidate in (path, os.path.join(ROOT, path)):
+    if os.path.isfile(candidate):
+      return os.path.abspath(candidate)
+  raise FileNotFoundError(f"gin file {path!r} not found (looked in the "
+                          f"current directory and in {ROOT})")
+
+
+class _GinPathProbes(logging.Filter):
+  """Drops gin's notes on the places it tries an include in before the one
+  that holds it (one a 'Path not found' error)."""
+
+  def filter(self, record):
+    return not str(record.msg).startswith(("Path not found",
+                                           "system_path_file_exists"))
+
+
+def parse_gin(files: Sequence[str] | None, bindings: Sequence[str], *,
+              finalize: bool = False) -> None:
+  """Parses gin files (default DEFAULT_GIN) and bindings, strictly.
+
+  Raises:
+    FileNotFoundError: a gin file that does not exist.
+    ValueError: a binding of a macro that nothing uses (a misspelled
+      `--gin.VARIENT='grpo'` would otherwise be ignored), with close names.
+  """
+  files = [find_gin_file(f) for f in files or [DEFAULT_GIN]]
+  gin.add_config_file_search_path(ROOT)  # includes: configs/runs/...
+  probes = _GinPathProbes()
+  logging.getLogger().addFilter(probes)
+  try:
+    gin.parse_config_files_and_bindings(files, bindings,
+                                        finalize_config=finalize)
+  finally:
+    logging.getLogger().removeFilter(probes)
+  _check_macros(bindings)
+
+
+def _check_macros(bindings: Sequence[str]) -> None:
+  # gin keeps macros as bindings of NAME/gin.macro and each `%NAME` as a
+  # reference to that selector; there is no public listing of either.
+  config = gin.config._CONFIG  # pylint: disable=protected-access
+  defined = {scope for scope, selector in config if selector == "gin.macro"}
+  used = set(CODE_MACROS)
+
+  def walk(value):
+    if isinstance(value, gin.config.ConfigurableReference):
+      name, _, selector = value.scoped_selector.rpartition("/")
+      if selector == "gin.macro":
+        used.add(name)
+    elif isinstance(value, (list, tuple, set)):
+      for v in value:
+        walk(v)
+    elif isinstance(value, dict):
+      for v in value.values():
+        walk(v)
+
+  for params in config.values():
+    walk(params)
+  for binding in bindings:
+    name = binding.split("=", 1)[0].strip()
+    if "." in name or "/" in name or name in used:
+      continue
+    close = difflib.get_close_matches(name, sorted(defined & used), n=3)
+    hint = f"; did you mean {' or '.join(close)}?" if close else ""
+    raise ValueError(f"gin binding {binding!r} sets macro {name}, which no "
+                     f"configuration uses{hint}")
+
+
 def planned_updates(argv) -> int:
   """The number of updates a run with these `main` arguments asks for.
 
   Parses its gin files and bindings (then clears them); no run starts.
   """
   args = parse_flags(list(argv))
-  gin.add_config_file_search_path(
-      os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   gin.clear_config()
   try:
-    gin.parse_config_files_and_bindings(args.gin_file or [DEFAULT_GIN],
-                                        args.gin)
+    parse_gin(args.gin_file, args.gin)
     return int(gin.get_bindings(train).get(
         "num_updates",
         inspect.signature(train).parameters["num_updates"].default))
@@ -258,20 +334,24 @@ def planned_updates(argv) -> int:
     gin.clear_config()
 
 
-def main(argv=None) -> None:
-  args = parse_flags(sys.argv[1:] if argv is None else argv)
-  distributed.initialize()  # multi-host when the launch asks (SEED_* env)
-  # Progress lines of seed_jax (logging.info) on the console; the libraries'
-  # own chatter stays at warnings.
+def console_logging() -> None:
+  """Progress lines of seed_jax (logging.info) on the console; the
+  libraries' own chatter stays at warnings. For command-line entry points."""
   logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s",
                       datefmt="%H:%M:%S", force=True)
   for name in ("absl", "jax", "orbax", "tensorflow", "etils", "urllib3",
                "matplotlib", "PIL", "httpx"):
     logging.getLogger(name).setLevel(logging.WARNING)
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  gin.add_config_file_search_path(root)  # configs/ of a source checkout
-  files = args.gin_file or [DEFAULT_GIN]
-  gin.parse_config_files_and_bindings(files, args.gin, finalize_config=True)
+
+
+def main(argv=None) -> None:
+  args = parse_flags(sys.argv[1:] if argv is None else argv)
+  distributed.initialize()  # multi-host when the launch asks (SEED_* env)
+  console_logging()
+  try:
+    parse_gin(args.gin_file, args.gin, finalize=True)
+  except (FileNotFoundError, ValueError) as e:
+    raise SystemExit(f"error: {e}") from None
   gin.get_configurable(train)(gin.query_parameter("%WORKDIR"))
 
 

@@ -265,3 +265,14 @@ def test_no_room_for_the_checkpoints_stops_the_run_before_an_update(
                 eval_every=0)
   assert not (workdir / "checkpoints").exists() or not list(
       (workdir / "checkpoints").iterdir())
+
+
+def test_chat_bad_flags_and_folders_are_clear_errors(tmp_path, capsys):
+  from seed_jax import chat  # pylint: disable=g-import-not-at-top
+  for flags, message in ((["--max_new_tokens=-1"], "--max_new_tokens must"),
+                         (["--temperature=-1"], "--temperature must")):
+    with pytest.raises(SystemExit):
+      chat.main(flags + ["hi"])
+    assert message in capsys.readouterr().err
+  with pytest.raises(SystemExit, match="error: no config.json"):
+    chat.main([f"--model_dir={tmp_path}", "hi"])

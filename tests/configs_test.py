@@ -3,6 +3,8 @@
 import glob
 import inspect
 import os
+import subprocess
+import sys
 
 import gin
 import pytest
@@ -36,7 +38,7 @@ def test_experiment_config_parses(path):
   bindings = ["WORKDIR = '/unused'"]
   if "qwen" in os.path.basename(path):
     bindings.append("MODEL_DIR = '/unused/model'")
-  gin.parse_config_files_and_bindings([path], bindings, finalize_config=True)
+  train.parse_gin([path], bindings, finalize=True)  # every binding is used
   rl = gin.get_configurable(trainer.RLConfig)()  # validates its own knobs
   assert rl.variant in trainer.VARIANTS
   assert gin.query_parameter("%WORKDIR") == "/unused"
@@ -60,3 +62,30 @@ def test_default_main_job_is_the_demo():
   assert (kwargs["analysis_max_chars"] == rl.analysis_max_chars
           == stage1.max_prompt_chars)
   assert tuple(kwargs["buckets"]) == tuple(rl.prompt_buckets)
+
+
+def test_a_misspelled_macro_is_an_error_with_the_close_name():
+  with pytest.raises(ValueError, match="VARIENT.*did you mean VARIANT"):
+    train.parse_gin(["configs/experiments/tiny.gin"], ["VARIENT = 'grpo'"])
+  gin.clear_config()
+  train.parse_gin(["configs/experiments/tiny.gin"],
+                  ["VARIANT = 'grpo'", "trainer.RLConfig.opd_coef = 0.1"])
+  assert gin.query_parameter("%VARIANT") == "grpo"
+
+
+def test_a_missing_gin_file_is_named(tmp_path):
+  with pytest.raises(FileNotFoundError, match="nope.gin"):
+    train.parse_gin(["configs/experiments/nope.gin"], [])
+  with pytest.raises(SystemExit, match="error: gin file .*nope.gin"):
+    train.main(["--gin_file=configs/experiments/nope.gin"])
+  # Outside the checkout, configs/... (and its includes) are found under it,
+  # without gin's notes on the places it tried first.
+  code = ("import logging; logging.basicConfig(level=logging.INFO); "
+          "from seed_jax import train; train.parse_gin("
+          "['configs/experiments/tiny.gin'], [\"WORKDIR = '/unused'\"])")
+  res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=120,
+                       check=False)
+  assert res.returncode == 0, res.stderr
+  assert "Path not found" not in res.stderr
+  assert "system_path_file_exists" not in res.stderr

@@ -135,6 +135,25 @@ def test_bad_inputs_are_clear_errors(tiny_run, tmp_path):
                             split="eval_seen", num_tasks=0, max_steps=3)
 
 
+@pytest.mark.parametrize("flag,value,message", [
+    ("--num_tasks", "0", "--num_tasks must be at least 1"),
+    ("--temperature", "-1", "--temperature must be >= 0"),
+    ("--max_steps", "0", "--max_steps must be at least 1"),
+    ("--history_length", "-1", "--history_length must be >= 0"),
+])
+def test_bad_flags_stop_before_anything_loads(flag, value, message, capsys):
+  with pytest.raises(SystemExit):
+    evaluate.parse_flags(["--workdir", "/nowhere", flag, value])
+  assert message in capsys.readouterr().err
+
+
+def test_the_csv_goes_beside_the_chosen_json(tiny_run, tmp_path):
+  out = tmp_path / "mine" / "e1.json"
+  evaluate.main(["--workdir", tiny_run, "--num_tasks", "1",
+                 "--out_json", str(out)])
+  assert sorted(os.listdir(out.parent)) == ["e1.csv", "e1.json"]
+
+
 def test_rows_and_table():
   metrics = {"eval/seen/success": 0.5, "eval/seen/tasks": 4.0,
              "eval/seen/success/pick": 1.0, "eval/seen/tasks/pick": 2.0,

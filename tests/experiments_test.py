@@ -200,6 +200,13 @@ def test_bad_inputs(tmp_path):
     experiments.main(["summarize", "--out", str(tmp_path)])
   with pytest.raises(SystemExit):
     experiments.main(["run", "--out", str(tmp_path), "--bogus"])
+  (tmp_path / "status.json").write_text('{"pid": 1,\n')
+  with pytest.raises(SystemExit, match="status.json does not parse"):
+    experiments.main(["status", "--out", str(tmp_path)])
+  os.makedirs(tmp_path / "grpo" / "seed0")
+  with pytest.raises(SystemExit, match=r"method\(s\) \['grpoo'\].*\['grpo'\]"):
+    experiments.main(["evaluate", "--out", str(tmp_path), "--num_tasks", "1",
+                      "--methods", "grpoo"])
 
 
 def test_replace_section():

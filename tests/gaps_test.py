@@ -83,3 +83,7 @@ def test_gaps_cli_measures_the_policy_of_a_step(tiny_run, tmp_path,
   assert os.path.exists(os.path.join(run_dir, "gaps.json"))
   with pytest.raises(SystemExit, match="no checkpoint of update 5"):
     gaps.main(["--workdir", run_dir, "--step", "5"])
+  # A report path in folders that do not exist yet.
+  out = tmp_path / "new" / "dir" / "g.json"
+  gaps.main(["--workdir", run_dir, "--batches", "1", "--out_json", str(out)])
+  assert json.loads(out.read_text())["batches"] == 1

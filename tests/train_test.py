@@ -59,7 +59,7 @@ def test_resume_gives_the_same_metrics(tmp_path):
 
 
 def test_unknown_binding_is_named(tmp_path):
-  with pytest.raises(Exception, match="opd_coeff"):
+  with pytest.raises(SystemExit, match="error: .*opd_coeff"):
     _run(str(tmp_path / "x"), "--gin.trainer.RLConfig.opd_coeff=0.0")
 
 
