@@ -266,6 +266,29 @@ class _GinPathProbes(logging.Filter):
                                            "system_path_file_exists"))
 
 
+def _guard_gin_readers() -> None:
+  """Makes gin's file-existence checks return False instead of raising.
+
+  Besides plain files, gin asks a package-resource reader about every place
+  it tries for an include. With this checkout on sys.path and another working
+  directory, `configs` is a namespace package without a file, and that reader
+  raises TypeError before gin gets to the search path that holds the file.
+  """
+  readers = gin.config._FILE_READERS  # pylint: disable=protected-access
+  for i, (reader, exists) in enumerate(readers):
+    if getattr(exists, "guarded", False):
+      continue
+
+    def guarded(path, exists=exists):
+      try:
+        return exists(path)
+      except TypeError:
+        return False
+
+    guarded.guarded = True
+    readers[i] = (reader, guarded)
+
+
 def parse_gin(files: Sequence[str] | None, bindings: Sequence[str], *,
               finalize: bool = False) -> None:
   """Parses gin files (default DEFAULT_GIN) and bindings, strictly.
@@ -277,6 +300,7 @@ def parse_gin(files: Sequence[str] | None, bindings: Sequence[str], *,
   """
   files = [find_gin_file(f) for f in files or [DEFAULT_GIN]]
   gin.add_config_file_search_path(ROOT)  # includes: configs/runs/...
+  _guard_gin_readers()
   probes = _GinPathProbes()
   logging.getLogger().addFilter(probes)
   try:

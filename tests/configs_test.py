@@ -83,9 +83,11 @@ def test_a_missing_gin_file_is_named(tmp_path):
   code = ("import logging; logging.basicConfig(level=logging.INFO); "
           "from seed_jax import train; train.parse_gin("
           "['configs/experiments/tiny.gin'], [\"WORKDIR = '/unused'\"])")
-  res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path,
-                       capture_output=True, text=True, timeout=120,
-                       check=False)
-  assert res.returncode == 0, res.stderr
-  assert "Path not found" not in res.stderr
-  assert "system_path_file_exists" not in res.stderr
+  for path in ("", ROOT):  # with the checkout on sys.path too
+    env = dict(os.environ, PYTHONPATH=path)
+    res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=120,
+                         check=False)
+    assert res.returncode == 0, res.stderr
+    assert "Path not found" not in res.stderr
+    assert "system_path_file_exists" not in res.stderr
