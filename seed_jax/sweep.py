@@ -202,9 +202,10 @@ def run_local(runs: Sequence[Mapping[str, Any]], *, gin_files: Sequence[str],
     gin.clear_config()
     try:
       train.main(train_argv(gin_files, os.path.join(root, str(i)), b, extra))
-    except Exception:  # pylint: disable=broad-except
-      # One failed run (a diverged learning rate, say) does not stop the
-      # sweep; it is marked in the summary and in the exit status.
+    except (Exception, SystemExit):  # pylint: disable=broad-except
+      # One failed run (a diverged learning rate, or a binding train.main
+      # refuses) does not stop the sweep; it is marked in the summary and in
+      # the exit status.
       traceback.print_exc()
       failed.append(i)
   gin.clear_config()

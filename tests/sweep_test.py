@@ -117,25 +117,28 @@ def test_local_runs_one_after_another(tmp_path, monkeypatch, capsys):
     run_dir = workdir.split("=", 1)[1].strip("'")
     if run_dir.endswith("/1"):
       raise FloatingPointError("diverged")
+    if run_dir.endswith("/2"):  # train.main's one-line error, say a typo
+      raise SystemExit("error: gin binding ...")
     _write_metrics(run_dir, [{"update": 1, "success_rate": 0.75}])
 
   monkeypatch.setattr(train, "main", fake_main)
   sweep_file = tmp_path / "two.py"
   sweep_file.write_text(
       "def sweep():\n"
-      "  for lr in (0.1, 0.2):\n"
+      "  for lr in (0.1, 0.2, 0.3):\n"
       "    yield {'train.train.learning_rate': lr}\n")
   code = sweep.main([f"--sweep={sweep_file}", f"--gin_file={TINY}",
                      f"--workdir={tmp_path}", "--local",
                      "--gin.NUM_UPDATES=1", "--metrics=success_rate"])
-  assert code == 1  # one run failed
+  assert code == 1  # two runs failed
   root = str(tmp_path / "two")
   assert calls == [
       sweep.train_argv([TINY], os.path.join(root, str(i)),
                        {"train.train.learning_rate": lr},
                        ["--gin.NUM_UPDATES=1"])
-      for i, lr in enumerate((0.1, 0.2))]
+      for i, lr in enumerate((0.1, 0.2, 0.3))]
   out = capsys.readouterr().out
   assert "| 0 | 0.1 | done | 0.75 |" in out
   assert "| 1 | 0.2 | failed | - |" in out
+  assert "| 2 | 0.3 | failed | - |" in out
   assert os.path.exists(os.path.join(root, "summary.csv"))
