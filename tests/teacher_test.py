@@ -62,29 +62,35 @@ def _handler(stub):
         stub.in_flight += 1
         stub.max_in_flight = max(stub.max_in_flight, stub.in_flight)
       try:
-        if "SLOW" in prompt:
-          deadline = time.monotonic() + 1.0
-          while stub.max_in_flight < 2 and time.monotonic() < deadline:
-            time.sleep(0.005)
-          time.sleep(0.05)
-        if self.path != "/v1/chat/completions":
-          return self._send(404, {"error": "not found"})
-        for k in range(1, 4):
-          if f"FAIL{k}" in prompt and n <= k:
-            return self._send(500, {"error": "boom"})
-        if "DENY" in prompt:
-          return self._send(401, {"error": "bad key"})
-        if "REJECT" in prompt:
-          return self._send(400, {"error": "context length exceeded"})
-        if "BADBODY" in prompt:
-          return self._send(200, b"<html>oops</html>")
-        content = ("I am not sure what happened." if "GARBAGE" in prompt
-                   else "Sure:\n```json\n" + json.dumps(_GOOD) + "\n```")
-        return self._send(200, {"choices": [{"message": {
-            "role": "assistant", "content": content}}]})
+        code, reply = self._reply(prompt, n)
       finally:
+        # Out of flight before the reply is written: once the client has
+        # read it, it may send its next request before this thread runs on.
         with stub.lock:
           stub.in_flight -= 1
+      self._send(code, reply)
+
+    def _reply(self, prompt, n):
+      if "SLOW" in prompt:
+        deadline = time.monotonic() + 1.0
+        while stub.max_in_flight < 2 and time.monotonic() < deadline:
+          time.sleep(0.005)
+        time.sleep(0.05)
+      if self.path != "/v1/chat/completions":
+        return 404, {"error": "not found"}
+      for k in range(1, 4):
+        if f"FAIL{k}" in prompt and n <= k:
+          return 500, {"error": "boom"}
+      if "DENY" in prompt:
+        return 401, {"error": "bad key"}
+      if "REJECT" in prompt:
+        return 400, {"error": "context length exceeded"}
+      if "BADBODY" in prompt:
+        return 200, b"<html>oops</html>"
+      content = ("I am not sure what happened." if "GARBAGE" in prompt
+                 else "Sure:\n```json\n" + json.dumps(_GOOD) + "\n```")
+      return 200, {"choices": [{"message": {
+          "role": "assistant", "content": content}}]}
 
   return Handler
 
