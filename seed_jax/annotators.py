@@ -10,7 +10,7 @@ workflow, a failure avoidance rules. Deterministic; skills stay short.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 from seed_jax.episodes import Episode
 
@@ -70,6 +70,27 @@ def annotate(episode: Episode) -> dict[str, str]:
             "episode_skill": _GENERIC_SKILL}
   summary, skill = _RULES[episode.env_name](episode, episode.ground_truth)
   return {"episode_summary": summary, "episode_skill": _clip(skill)}
+
+
+class RuleTeacher:
+  """`annotate` behind the interface of a teacher (`OpenAITeacher`), so that
+  the trainer's external analyzer can use it: an oracle analyst, since the
+  rules read what the agent never saw. Writes episode skills only.
+
+  Attributes:
+    mode, max_critical_steps: the analysis settings the trainer checks
+      against its RL config (critical steps are never written).
+  """
+
+  def __init__(self, mode: str = "episode_only", max_critical_steps: int = 3):
+    self.mode, self.max_critical_steps = mode, max_critical_steps
+
+  def annotate_many(self, episodes: Sequence[Episode],
+                    prompts: Sequence[str] | None = None
+                    ) -> list[dict[str, str]]:
+    """One `annotate` per episode, in order (`prompts` are not needed)."""
+    del prompts
+    return [annotate(ep) for ep in episodes]
 
 
 # -- household -------------------------------------------------------------------

@@ -1,13 +1,15 @@
 r"""Where a skill moves the policy: the skill-minus-plain gap per token kind.
 
   python -m seed_jax.gaps --workdir=RUN [--step=0] [--batches=2] [--seed=0] \
-      [--out_json=PATH]
+      [--analyzer=self] [--out_json=PATH]
 
 Plays `--batches` rollout batches with the run's RL settings (from the
 config.gin its training wrote) and the policy of update `--step` (0, the
 default: the policy RL started from, RUN/policy; otherwise the checkpoint),
-lets that policy analyze its own episodes greedily as a SEED update does,
-scores every analyzed sample under the ordinary and the skill-augmented
+lets that policy analyze its own episodes greedily as a SEED update does
+(`--analyzer=rules`: the rule-based annotator writes the skills instead, an
+oracle that reads where things really were, to tell a policy that does not
+use skills from one whose skills are wrong), scores every analyzed sample under the ordinary and the skill-augmented
 prompt, and splits the per-token gap skill_logp - old_logp by token kind and
 by the episode's outcome. Kinds (`token_kinds`):
   "reasoning place": the place named after "Try " in the reasoning (the
@@ -132,13 +134,18 @@ def main(argv=None) -> dict[str, Any]:
                       "policy RL started from)")
   parser.add_argument("--batches", type=int, default=2)
   parser.add_argument("--seed", type=int, default=0)
+  parser.add_argument("--analyzer", choices=("self", "rules"), default="self",
+                      help="who writes the skills: the policy (greedily, as "
+                      "in a SEED update) or the rule-based annotator")
   parser.add_argument("--out_json", default=None,
                       help="default WORKDIR/gaps.json (gaps_step_N.json "
-                      "for --step=N > 0)")
+                      "for --step=N > 0; gaps_rules*.json for "
+                      "--analyzer=rules)")
   args = parser.parse_args(sys.argv[1:] if argv is None else argv)
   if args.batches < 1:
     raise SystemExit(f"error: --batches must be >= 1, got {args.batches}")
   import jax  # pylint: disable=g-import-not-at-top
+  from seed_jax import annotators  # pylint: disable=g-import-not-at-top
   from seed_jax import evaluate  # pylint: disable=g-import-not-at-top
   from seed_jax import results  # pylint: disable=g-import-not-at-top
   from seed_jax import train as train_lib  # pylint: disable=g-import-not-at-top
@@ -151,11 +158,16 @@ def main(argv=None) -> dict[str, Any]:
                                              seed=run["seed"])
     # A SEED update's analysis and scoring, whatever the run's variant; no
     # reference pass. The run's optimizer: its state is restored too.
-    rl = dataclasses.replace(run["rl"], variant="seed", analyzer="self",
-                             kl_coef=0.0)
+    rl = dataclasses.replace(
+        run["rl"], variant="seed", kl_coef=0.0,
+        analyzer="self" if args.analyzer == "self" else "external")
+    teacher = None
+    if args.analyzer == "rules":
+      teacher = annotators.RuleTeacher(rl.analysis_mode, rl.max_critical_steps)
     rl_trainer = trainer_lib.RLTrainer(
         config, tokenizer, rl, env_name=run["env_name"],
-        env_kwargs=run["env_kwargs"], tx=evaluate.run_optimizer(run))
+        env_kwargs=run["env_kwargs"], tx=evaluate.run_optimizer(run),
+        teacher=teacher)
     folder = os.path.join(workdir, "policy")
     if args.step == 0 and os.path.exists(os.path.join(folder,
                                                       "config.json")):
@@ -167,15 +179,17 @@ def main(argv=None) -> dict[str, Any]:
     raise SystemExit(f"error: {e}") from e
   report = breakdown(rl_trainer, params, jax.random.key(args.seed),
                      batches=args.batches)
-  report.update(workdir=workdir, step=args.step, seed=args.seed)
+  report.update(workdir=workdir, step=args.step, seed=args.seed,
+                analyzer=args.analyzer)
   print(f"{'kind/outcome':26s} {'tokens':>7s} {'mean gap':>9s} {'> 0.5':>6s} "
         f"{'< -0.5':>7s} {'gate':>6s}")
   for key, c in report["cells"].items():
     print(f"{key:26s} {c['tokens']:7.0f} {c['mean_gap']:+9.3f} "
           f"{c['above_0.5']:6.2f} {c['below_-0.5']:7.2f} "
           f"{c['mean_gate']:6.3f}")
+  name = "gaps" + ("_rules" if args.analyzer == "rules" else "")
   out = args.out_json or os.path.join(
-      workdir, f"gaps_step_{args.step}.json" if args.step else "gaps.json")
+      workdir, f"{name}_step_{args.step}.json" if args.step else f"{name}.json")
   results.write_text_atomic(out, json.dumps(report, indent=1))
   print(f"{report['analyzed_samples']} analyzed samples "
         f"(analyses parsed {report['analyses_parsed']:.2f}); wrote {out}")

@@ -183,3 +183,13 @@ def test_deterministic_and_bad_input():
   out = annotators.annotate(Episode(env_name="household", task="t",
                                     family="pick", seed=0, error="boom"))
   assert "boom" in out["episode_summary"] and out["episode_skill"]
+
+
+def test_rule_teacher_answers_like_a_teacher_in_order():
+  env = _household("heat", max_steps=6)
+  episodes = [_episode(env, s, ["look"] * 6) for s in (5, 6, 7)]
+  teacher = annotators.RuleTeacher("episode_only", 3)
+  assert teacher.mode == "episode_only" and teacher.max_critical_steps == 3
+  got = teacher.annotate_many(episodes, ["unused"] * 3)
+  assert got == [annotators.annotate(ep) for ep in episodes]
+  assert got[0] != got[1]  # in order, not one answer for all

@@ -9,6 +9,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
+from seed_jax import annotators
 from seed_jax import gaps
 from seed_jax import testing
 from seed_jax import trainer as trainer_lib
@@ -87,3 +88,22 @@ def test_gaps_cli_measures_the_policy_of_a_step(tiny_run, tmp_path,
   out = tmp_path / "new" / "dir" / "g.json"
   gaps.main(["--workdir", run_dir, "--batches", "1", "--out_json", str(out)])
   assert json.loads(out.read_text())["batches"] == 1
+
+
+def test_gaps_cli_with_the_rules_as_analyst(tiny_run, tmp_path, monkeypatch):
+  run_dir = str(tmp_path / "run")
+  shutil.copytree(tiny_run, run_dir)
+  written = []
+  real = annotators.annotate
+  monkeypatch.setattr(annotators, "annotate",
+                      lambda ep: written.append(ep.traj_uid) or real(ep))
+  report = gaps.main(["--workdir", run_dir, "--batches", "1",
+                      "--analyzer", "rules"])
+  # Every episode gets the annotator's skill, so every sample is scored
+  # under it (a random tiny policy's own analyses rarely parse).
+  assert report["analyzer"] == "rules" and written
+  assert report["analyses_parsed"] == 1.0
+  assert report["analyzed_samples"] > 0
+  with open(os.path.join(run_dir, "gaps_rules.json")) as f:
+    assert json.load(f)["analyzer"] == "rules"
+  assert not os.path.exists(os.path.join(run_dir, "gaps.json"))
