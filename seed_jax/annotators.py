@@ -230,3 +230,4 @@ def _sokoban(ep: Episode, gt: dict[str, Any]) -> tuple[str, str]:
 
 
 _RULES = {"household": _household, "sokoban": _sokoban}
+ENVS = tuple(_RULES)  # the environments with rules

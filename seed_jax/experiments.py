@@ -15,7 +15,8 @@ plus the method's bindings (`METHODS`) and then the `--gin` bindings given
 here (which may override them); its output goes to `log.txt` there. Every
 method gets the same gin file, hence the same number of updates and samples.
 `--methods` defaults to GRPO, SEED and the two ablations; `grpo_no_stage1`,
-GRPO from the start of `seed_no_stage1`, is a control to ask for.
+GRPO from the start of `seed_no_stage1`, is a control to ask for, and so is
+`seed_oracle`, SEED with the rule-based annotator's skills.
 `--parallel` runs that many at once.
 
 Resuming: a run whose metrics.jsonl lists its final update is done and
@@ -75,6 +76,10 @@ METHODS: dict[str, tuple[str, ...]] = {
     # A control, not run by default: GRPO from the same start as
     # seed_no_stage1, which tells SEED's term from skipping Stage 1.
     "grpo_no_stage1": ("VARIANT='grpo'", "policies.prepare.stage1=None"),
+    # An oracle, not run by default: SEED whose skills the rule-based
+    # annotator writes from what really happened (built-in games only), which
+    # tells the policy's use of a skill from the quality of its own skills.
+    "seed_oracle": ("VARIANT='seed'", "trainer.RLConfig.analyzer='rules'"),
 }
 DEFAULT_METHODS = ("grpo", "seed", "seed_no_stage1", "opid")
 DEFAULT_GIN = "configs/experiments/demo.gin"

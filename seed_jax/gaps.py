@@ -145,7 +145,6 @@ def main(argv=None) -> dict[str, Any]:
   if args.batches < 1:
     raise SystemExit(f"error: --batches must be >= 1, got {args.batches}")
   import jax  # pylint: disable=g-import-not-at-top
-  from seed_jax import annotators  # pylint: disable=g-import-not-at-top
   from seed_jax import evaluate  # pylint: disable=g-import-not-at-top
   from seed_jax import results  # pylint: disable=g-import-not-at-top
   from seed_jax import train as train_lib  # pylint: disable=g-import-not-at-top
@@ -158,16 +157,11 @@ def main(argv=None) -> dict[str, Any]:
                                              seed=run["seed"])
     # A SEED update's analysis and scoring, whatever the run's variant; no
     # reference pass. The run's optimizer: its state is restored too.
-    rl = dataclasses.replace(
-        run["rl"], variant="seed", kl_coef=0.0,
-        analyzer="self" if args.analyzer == "self" else "external")
-    teacher = None
-    if args.analyzer == "rules":
-      teacher = annotators.RuleTeacher(rl.analysis_mode, rl.max_critical_steps)
+    rl = dataclasses.replace(run["rl"], variant="seed", kl_coef=0.0,
+                             analyzer=args.analyzer)
     rl_trainer = trainer_lib.RLTrainer(
         config, tokenizer, rl, env_name=run["env_name"],
-        env_kwargs=run["env_kwargs"], tx=evaluate.run_optimizer(run),
-        teacher=teacher)
+        env_kwargs=run["env_kwargs"], tx=evaluate.run_optimizer(run))
     folder = os.path.join(workdir, "policy")
     if args.step == 0 and os.path.exists(os.path.join(folder,
                                                       "config.json")):

@@ -21,6 +21,7 @@ import numpy as np
 import optax
 
 from seed_jax import advantages as adv_lib
+from seed_jax import annotators
 from seed_jax import checkpoints
 from seed_jax import distributed
 from seed_jax import faults
@@ -37,7 +38,7 @@ from seed_jax.envs import base as envs_base
 VARIANTS = ("grpo", "seed", "opid")
 TRAIN_KEYS = ("prompts", "prompt_mask", "responses", "response_mask",
               "old_logp", "ref_logp", "skill_logp", "advantages", "analyzed")
-ANALYZERS = ("self", "external")
+ANALYZERS = ("self", "external", "rules")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +47,9 @@ class RLConfig:
 
   variant: "grpo" (no analysis, no distillation), "seed" (gated OPD loss) or
     "opid" (skill log-prob shift added to the advantage, no OPD loss).
-  analyzer: "self" (the policy analyzes, greedily) or "external" (a teacher).
+  analyzer: "self" (the policy analyzes, greedily), "external" (a teacher)
+    or "rules" (`annotators.RuleTeacher`, built-in games only: an oracle
+    ablation, since the rules read what the agent never saw).
   analysis_mode: "episode_only", or "episode_step": the analysis also names
     at most `max_critical_steps` critical steps, and a sample at such a step
     is re-scored with the critical-step block after the episode block.
@@ -242,6 +245,14 @@ class RLTrainer:
     if taken:
       raise ValueError(f"env_kwargs may not set {taken}: the RL config "
                        "and the evaluation set them")
+    if rl.analyzes and rl.analyzer == "rules":
+      if env_name not in annotators.ENVS or teacher is not None:
+        raise ValueError(
+            f"analyzer='rules' needs a built-in game with annotation rules "
+            f"({list(annotators.ENVS)}) and no teacher; got env "
+            f"{env_name!r}{' and a teacher' if teacher is not None else ''}")
+      teacher = annotators.RuleTeacher(rl.analysis_mode,
+                                       rl.max_critical_steps)
     self.teacher = teacher
     if rl.analyzes and rl.analyzer == "external":
       if teacher is None:
@@ -387,7 +398,7 @@ class RLTrainer:
     stats = skills.ParseStats()
     found: dict[int, skills.Analysis] = {}
     k = self.rl.step_skills
-    if self.rl.analyzer == "external":
+    if self.rl.analyzer in ("external", "rules"):
       replies = self.teacher.annotate_many(episodes)
       for ep, rep in zip(episodes, replies):
         if rep and rep.get("episode_skill"):

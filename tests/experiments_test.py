@@ -66,6 +66,12 @@ def test_dry_run_prints_the_commands(tmp_path, capsys):
   with pytest.raises(SystemExit, match="opd_coeff"):
     experiments.main(["run", "--out", out, "--gin_file", TINY, "--dry_run",
                       "--gin", "trainer.RLConfig.opd_coeff=0.0"])
+  # The controls not run by default parse too.
+  assert experiments.main(["run", "--out", out, "--gin_file", TINY,
+                           "--methods", "grpo_no_stage1,seed_oracle",
+                           "--dry_run"]) == 0
+  assert "\"--gin.trainer.RLConfig.analyzer='rules'\"" in (
+      capsys.readouterr().out)
 
 
 def test_run_skips_finished_runs_status_and_summary(tmp_path, capsys,

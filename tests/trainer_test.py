@@ -8,6 +8,7 @@ import numpy as np
 import optax
 import pytest
 
+from seed_jax import annotators
 from seed_jax import rollout
 from seed_jax import skills
 from seed_jax import teacher as teacher_lib
@@ -131,6 +132,26 @@ def test_external_step_skills_are_limited_to_the_run(policy):
   assert len(found) == len(res.episodes)
   # At most max_critical_steps=2, in the reply's order, within the episode.
   assert all(a.step_skills == {1: "a", 3: "b"} for a in found.values())
+
+
+def test_rules_analyzer_writes_the_annotators_skills(policy):
+  trainer = _trainer(policy, analyzer="rules")
+  res = _played(trainer)
+  found, stats = trainer._analyze(None, res.episodes, jax.random.key(0))
+  assert stats["analyses_parsed"] == 1.0
+  for ep in res.episodes:
+    want = annotators.annotate(ep)
+    assert found[ep.traj_uid].skill == want["episode_skill"].strip()
+    assert found[ep.traj_uid].step_skills == {}
+  teacher = teacher_lib.OpenAITeacher("http://127.0.0.1:9/v1", "m")
+  rl = trainer_lib.RLConfig(analyzer="rules")
+  with pytest.raises(ValueError, match="and a teacher"):
+    trainer_lib.RLTrainer(policy.config, policy.tokenizer, rl,
+                          env_name="household", tx=optax.sgd(0.0),
+                          teacher=teacher)
+  with pytest.raises(ValueError, match="annotation rules.*'twx'"):
+    trainer_lib.RLTrainer(policy.config, policy.tokenizer, rl,
+                          env_name="twx", tx=optax.sgd(0.0))
 
 
 def test_teacher_and_run_must_ask_for_the_same_analyses(policy):
