@@ -13,6 +13,7 @@ import collections
 import dataclasses
 import functools
 import json
+import logging
 import time
 from typing import Any, Callable, Sequence
 
@@ -455,11 +456,16 @@ class RLTrainer:
     for e in res.episodes:
       e.traj_uid += shift
     rollout_time, t = time.time() - t, time.time()
+    where = f"update {update_index + 1}, chunk {chunk + 1}/{self.chunks}"
+    logging.info("%s: %d episodes (%d env steps) played in %.0f s", where,
+                 len(res.episodes), res.env_steps, rollout_time)
     found, an = {}, {}
     if rl.analyzes:
       found, an = self._analyze(params, res.episodes,
                                 jax.random.fold_in(rng_an, chunk))
       faults.maybe_crash("analysis", update_index)
+      logging.info("%s: %d of %d analyses parsed in %.0f s", where,
+                   len(found), len(res.episodes), time.time() - t)
     return dict(res=res, found=found, an=an, rollout_time=rollout_time,
                 analysis_time=time.time() - t,
                 truncated=self.policy.prompts_truncated - truncated)
@@ -601,6 +607,9 @@ class RLTrainer:
     batch, batch_metrics = self.build_batch(state, ref_params, collected)
     metrics.update(batch_metrics)
     metrics["time/scoring"] = time.time() - t
+    logging.info("update %d: %d samples scored in %.0f s; training",
+                 update_index + 1, len(collected.samples),
+                 metrics["time/scoring"])
     t = time.time()
     state, step_metrics = self._learn(state, batch, rng_perm,
                                       update_index=update_index)

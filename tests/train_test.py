@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 
 from etils import epath
 import gin
@@ -28,15 +29,20 @@ SEED_ONLY = ("analyses_parsed", "opd_gate_mean", "opd_active_ratio")
 
 
 @pytest.mark.parametrize("variant", ["seed", "grpo"])
-def test_two_updates(variant, tmp_path):
+def test_two_updates(variant, tmp_path, capfd):
   workdir = str(tmp_path / variant)
   history = _run(workdir, f"--gin.VARIANT='{variant}'")
+  console = capfd.readouterr().err  # train.main logs to the console
   assert [h["update"] for h in history] == [0, 1, 2]
   last = history[-1]
   for key in PROGRESS + (SEED_ONLY if variant == "seed" else ()):
     assert key in last, key
   if variant == "grpo":
     assert "opd_gate_mean" not in last
+  # Each phase of an update says when it is done (long updates at scale).
+  assert "update 2, chunk 1/1: 4 episodes" in console
+  assert ("of 4 analyses parsed in" in console) == (variant == "seed")
+  assert re.search(r"update 2: \d+ samples scored in", console)
   files = os.listdir(workdir)
   assert "config.gin" in files and "learning_curve.png" in files
   assert any(f.startswith("events.out.tfevents") for f in files)
