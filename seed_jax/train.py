@@ -57,6 +57,7 @@ def train(workdir: str, *,
           eval_temperature: float = 0.4,
           checkpoint_every: int = 1,
           max_to_keep: int = 2,
+          checkpoint_checksums: bool = True,
           max_consecutive_nonfinite: int = 3,
           min_free_bytes: int = 1 << 30,
           mesh_shape: tuple[int, int, int] | None = None,
@@ -81,6 +82,9 @@ def train(workdir: str, *,
     eval_temperature: sampling temperature of evaluations (no skills).
     checkpoint_every: save every this many updates (and at the end).
     max_to_keep: checkpoints kept.
+    checkpoint_checksums: each checkpoint's manifest records a CRC-32 of
+      every file (process 0 reads the files back after a save); False:
+      sizes only, for large models on slow storage.
     max_consecutive_nonfinite: stop after this many skipped updates in a row.
     min_free_bytes: refuse to start with less free space in the workdir.
       Once the model is known (before the first update), the run also
@@ -109,7 +113,8 @@ def train(workdir: str, *,
   config, tokenizer = policy.config, policy.tokenizer
   ckpt = checkpoints.Checkpointer(workdir, model_config=config,
                                   max_to_keep=max_to_keep,
-                                  save_interval=checkpoint_every)
+                                  save_interval=checkpoint_every,
+                                  checksums=checkpoint_checksums)
   tx = ts.make_optimizer(learning_rate, weight_decay=weight_decay,
                          grad_clip=grad_clip, warmup_steps=warmup_steps)
   mesh = partitioning.make_mesh(mesh_shape) if mesh_shape else None

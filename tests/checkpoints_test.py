@@ -1,6 +1,7 @@
 """Checkpoint round trips on a 2x2x2 mesh, resume, mismatch and corruption."""
 
 import functools
+import json
 import os
 import shutil
 
@@ -274,3 +275,23 @@ def test_read_only_creates_nothing(tmp_path):
   with checkpoints.Checkpointer(tmp_path / "none", read_only=True) as ckpt:
     assert ckpt.all_steps() == [] and ckpt.latest_step() is None
   assert not (tmp_path / "none").exists()
+
+
+def test_size_only_manifests(tmp_path, monkeypatch):
+  read_back = []
+  real = checkpoints._crc32  # pylint: disable=protected-access
+  monkeypatch.setattr(checkpoints, "_crc32",
+                      lambda p: read_back.append(p) or real(p))
+  state, ref = _make(1)
+  with checkpoints.Checkpointer(tmp_path, model_config=CONFIG,
+                                checksums=False) as ckpt:
+    ckpt.save(1, state, reference=ref)
+  step_dir = tmp_path / "checkpoints" / "1"
+  manifest = json.loads((step_dir / checkpoints.MANIFEST).read_text())
+  assert manifest and all(crc is None for _, crc in manifest.values())
+  assert not read_back  # no file was read back after the save
+  assert checkpoints.check_manifest(step_dir) is None
+  # A size still tells a truncated file.
+  path = _largest_file(step_dir)
+  os.truncate(path, os.path.getsize(path) // 2)
+  assert "bytes" in checkpoints.check_manifest(step_dir)
