@@ -9,9 +9,10 @@ default: the policy RL started from, RUN/policy; otherwise the checkpoint),
 lets that policy analyze its own episodes greedily as a SEED update does
 (`--analyzer=rules`: the rule-based annotator writes the skills instead, an
 oracle that reads where things really were, to tell a policy that does not
-use skills from one whose skills are wrong), scores every analyzed sample under the ordinary and the skill-augmented
-prompt, and splits the per-token gap skill_logp - old_logp by token kind and
-by the episode's outcome. Kinds (`token_kinds`):
+use skills from one whose skills are wrong), scores every analyzed sample
+under the ordinary and the skill-augmented prompt, and splits the per-token
+gap skill_logp - old_logp by token kind and by the episode's outcome.
+Kinds (`token_kinds`):
   "reasoning place": the place named after "Try " in the reasoning (the
     demo's replies name the place they search there);
   "action place": the object of a "go to" action;

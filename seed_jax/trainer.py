@@ -247,11 +247,12 @@ class RLTrainer:
       raise ValueError(f"env_kwargs may not set {taken}: the RL config "
                        "and the evaluation set them")
     if rl.analyzes and rl.analyzer == "rules":
-      if env_name not in annotators.ENVS or teacher is not None:
-        raise ValueError(
-            f"analyzer='rules' needs a built-in game with annotation rules "
-            f"({list(annotators.ENVS)}) and no teacher; got env "
-            f"{env_name!r}{' and a teacher' if teacher is not None else ''}")
+      if teacher is not None:
+        raise ValueError("analyzer='rules' writes its own analyses: pass no "
+                         "teacher (or use analyzer='external')")
+      if env_name not in annotators.ENVS:
+        raise ValueError(f"analyzer='rules' needs a game with annotation "
+                         f"rules {list(annotators.ENVS)}, got {env_name!r}")
       teacher = annotators.RuleTeacher(rl.analysis_mode,
                                        rl.max_critical_steps)
     self.teacher = teacher
