@@ -518,9 +518,10 @@ class RLTrainer:
     arrays = rollout_lib.pad_samples(samples, pad_id=self.pad_id,
                                      prompt_buckets=rl.prompt_buckets,
                                      response_len=rl.max_new_tokens)
-    # A skill that pushes its prompt past the largest bucket leaves that row
-    # without distillation (counted), like an analysis that does not parse.
-    limit = max(rl.prompt_buckets)
+    # A skill that pushes its prompt past the largest bucket the model's
+    # context holds (with a full response) leaves that row without
+    # distillation (counted), like an analysis that does not parse.
+    limit = max(self.policy.buckets)
     skill_ids, too_long, step_rows = [], 0, 0
     for s in samples:
       ids = s.prompt_ids
@@ -536,7 +537,7 @@ class RLTrainer:
       skill_ids.append(ids)
     analyzed = np.asarray([s.traj_uid in found and ids is not s.prompt_ids
                            for s, ids in zip(samples, skill_ids)])
-    sk = sampler_lib.pad_left(skill_ids, buckets=rl.prompt_buckets,
+    sk = sampler_lib.pad_left(skill_ids, buckets=self.policy.buckets,
                               pad_id=self.pad_id)
     n = len(samples)
     batch = _pad_rows(dict(

@@ -64,10 +64,10 @@ def policy():
 
 
 def _trainer(policy, **kw):
+  kw = dict(dict(prompt_buckets=(512, 1024)), **kw)
   rl = trainer_lib.RLConfig(num_groups=2, group_size=2, max_steps=3,
                             max_new_tokens=8, analysis_max_new_tokens=16,
-                            prompt_buckets=(512, 1024), mini_batch_size=8,
-                            analysis_mode="episode_step",
+                            mini_batch_size=8, analysis_mode="episode_step",
                             max_critical_steps=2, **kw)
   teacher = None
   if rl.analyzer == "external":
@@ -119,6 +119,30 @@ def test_critical_step_skill_is_in_that_step_prompt_only(policy):
     gap = np.abs(batch["skill_logp"][i] - batch["old_logp"][i])[rm]
     # Another prompt moves the random model's log-probs; the same one not.
     assert (gap.max() > 1e-4) == (s.traj_uid == 0), (s.traj_uid, s.step)
+
+
+def test_a_skill_prompt_past_the_models_context_is_left_out(policy):
+  # A 4096 bucket plus the response does not fit the 2048-position model, so
+  # the policy drops it; a skill prompt longer than 1024 must not use it.
+  trainer = _trainer(policy, prompt_buckets=(512, 1024, 4096))
+  assert trainer.policy.buckets == (512, 1024)
+  res = _played(trainer)
+  skill = "open the drawer first " * 200
+  n = len(trainer.policy.encode(skills.build_skill_prompt(
+      res.samples[0].prompt, skill)))
+  assert 1024 < n < 4096
+  c = trainer_lib.Collected(res.samples, res.episodes,
+                            {0: skills.Analysis("s", skill, {})}, {})
+  batch, metrics = trainer.build_batch(
+      trainer.create_state(policy.params),
+      trainer.place_params(policy.params), c)
+  rows = [i for i, s in enumerate(res.samples) if s.traj_uid == 0]
+  assert metrics["skill_prompts_too_long"] == len(rows) > 0
+  assert batch["skill_prompts"].shape[1] <= 1024
+  assert not batch["analyzed"].any()
+  for i in rows:  # the plain prompt stands in, as for an unparsed analysis
+    row = batch["skill_prompts"][i][batch["skill_mask"][i].astype(bool)]
+    assert row.tolist() == list(res.samples[i].prompt_ids)
 
 
 def test_external_step_skills_are_limited_to_the_run(policy):
