@@ -221,12 +221,17 @@ def project_action(text: str, admissible: Sequence[str], *,
   return fallback, False
 
 
-def project(env_name: str, text: str,
-            admissible: Sequence[str]) -> tuple[str, bool]:
+def project(env_name: str, text: str, admissible: Sequence[str], *,
+            no_op: str | None = None) -> tuple[str, bool]:
   """project_action with the environment's no-op as the fallback.
+
+  `no_op` is the environment's own (`Env.no_op`); without it, NO_OPS names
+  the built-in environments' and any other falls back to admissible[0].
 
   Example: project("sokoban", "<action>up</action>", ["up", ...]) ->
   ("still", False) (no <think> tag); the env treats "still" as an invalid
   step that changes nothing.
   """
-  return project_action(text, admissible, fallback=NO_OPS.get(env_name))
+  if no_op is None:
+    no_op = NO_OPS.get(env_name)
+  return project_action(text, admissible, fallback=no_op)

@@ -24,6 +24,8 @@ from seed_jax import sampler as sampler_lib
 from seed_jax.envs import base as envs_base
 
 STOP_STRINGS = ("</action>",)
+# The family of an episode whose environment could not reset (no task).
+RESET_FAILED = "reset_failed"
 
 
 @dataclasses.dataclass
@@ -200,9 +202,13 @@ def rollout(generate: GenerateFn, pool: envs_base.EnvPool, rng: jax.Array, *,
   n = pool.size
   eps = []
   for i, env in enumerate(pool.members):
+    # A member whose reset raised has no task of this seed: its env may still
+    # hold the previous episode's, so the episode names the failure instead.
+    failed = pool.errors[i] is not None
     eps.append(episodes_lib.Episode(
-        env_name=env_name, task=getattr(env, "task", ""),
-        family=getattr(env, "family", env_name), seed=pool.seeds[i],
+        env_name=env_name, task="" if failed else getattr(env, "task", ""),
+        family=RESET_FAILED if failed else getattr(env, "family", env_name),
+        seed=pool.seeds[i],
         uid=uid_offset + pool.group_of(i), traj_uid=i,
         error=pool.errors[i]))
   histories: list[list[tuple[str, str]]] = [[] for _ in range(n)]
@@ -224,8 +230,9 @@ def rollout(generate: GenerateFn, pool: envs_base.EnvPool, rng: jax.Array, *,
     actions: list[str | None] = [None] * n
     valid = {}
     for i, prompt, gen in zip(active, prompts, gens):
-      action, ok = prompts_lib.project(env_name, gen.text,
-                                       infos[i]["admissible_actions"])
+      action, ok = prompts_lib.project(
+          env_name, gen.text, infos[i]["admissible_actions"],
+          no_op=getattr(pool.members[i], "no_op", None))
       actions[i] = action
       valid[i] = ok
     new_obs, rewards, dones, new_infos = pool.step(actions)

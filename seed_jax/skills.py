@@ -34,8 +34,10 @@ _CONSTRAINTS = (
     "Constraints:\n"
     "- Write one short policy-facing skill, not a retrospective explanation.\n"
     "- Return only these fields, with no text outside the JSON.")
-_SHAPE = '{"episode_summary": "<summary>", "episode_skill": "<skill>"%s}'
-_STEP_SHAPE = ', "step_skills": {"<step number>": "<skill>"}'
+_PLACEHOLDER = "<skill>"
+_SHAPE = ('{"episode_summary": "<summary>", "episode_skill": "%s"%%s}'
+          % _PLACEHOLDER)
+_STEP_SHAPE = ', "step_skills": {"<step number>": "%s"}' % _PLACEHOLDER
 
 
 @dataclasses.dataclass(frozen=True)
@@ -319,6 +321,13 @@ def _as_text(value: Any) -> str | None:
   return None
 
 
+def _skill_text(value: Any) -> str | None:
+  """A skill's text; None when empty or the prompt's own placeholder echoed
+  back ("<skill>"), which would distill nothing but the prompt's shape."""
+  text = _as_text(value)
+  return None if not text or text.lower() == _PLACEHOLDER else text
+
+
 def _step_number(key: Any) -> int | None:
   if isinstance(key, int) and not isinstance(key, bool):
     return key
@@ -334,7 +343,7 @@ def _step_skills(value: Any, num_steps: int | None,
              if isinstance(v, dict)]
   out: dict[int, str] = {}
   for key, skill in pairs:
-    k, text = _step_number(key), _as_text(skill)
+    k, text = _step_number(key), _skill_text(skill)
     if (k is None or k < 1 or not text or k in out
         or (num_steps is not None and k > num_steps)):
       continue
@@ -361,7 +370,8 @@ def parse_analysis(text: Any, *, num_steps: int | None = None,
   Candidates in order: the whole reply, each fenced ``` block, then every
   balanced {...} by position (outer before inner). Each is decoded as JSON,
   then again after repair (single quotes, trailing commas, bare keys, Python
-  literals). The first object with a non-empty "episode_skill" wins. Step keys
+  literals). The first object with a non-empty "episode_skill" wins (the
+  prompt's placeholder "<skill>" echoed back counts as empty). Step keys
   such as "3", "3.0", "step 3", "Step_3", "#3" become 3; others are dropped.
 
   Args:
@@ -397,7 +407,7 @@ def parse_analysis(text: Any, *, num_steps: int | None = None,
     if "episode_skill" not in fields:
       continue
     seen_key = True
-    skill = _as_text(fields["episode_skill"])
+    skill = _skill_text(fields["episode_skill"])
     if not skill:
       continue
     return Analysis(

@@ -145,6 +145,11 @@ def test_project_action_fallbacks():
   assert prompts.project("household", bad, ["go to desk 1"]) == (
       "look", False)
   assert prompts.project("sokoban", bad, ["up"]) == ("still", False)
+  # An environment of the user's own falls back to its own no-op.
+  assert prompts.project("mine", bad, ["go north", "wait"], no_op="wait") == (
+      "wait", False)
+  assert prompts.project("mine", bad, ["go north", "wait"]) == (
+      "go north", False)
   assert prompts.project("sokoban", "<think>t</think><action>Up</action>",
                          ["up", "down", "left", "right"]) == ("up", True)
 

@@ -109,6 +109,35 @@ def test_env_error_mid_episode_fails_only_that_episode():
   assert all(s.action_valid for s in crashed)
 
 
+def test_a_failed_reset_keeps_no_task_of_the_episode_before():
+  pool = base.EnvPool("household", num_groups=1, group_size=2, max_steps=3)
+  generate, _ = _scripted(pool)
+  first = rollout.rollout(generate, pool, jax.random.key(0),
+                          env_name="household", max_steps=3, group_seeds=[5])
+  assert first.episodes[1].task and first.episodes[1].family
+
+  def broken(seed):
+    raise RuntimeError(f"no task for seed {seed}")
+
+  pool.members[1].reset = broken
+  res = rollout.rollout(generate, pool, jax.random.key(1),
+                        env_name="household", max_steps=3, group_seeds=[6])
+  ok, failed = res.episodes
+  assert ok.task and ok.error is None
+  assert failed.task == "" and failed.family == rollout.RESET_FAILED
+  assert "no task for seed 6" in failed.error and not failed.success
+
+
+def test_an_unparsable_reply_falls_back_to_the_envs_own_no_op():
+  pool = base.EnvPool("household", num_groups=1, group_size=2, max_steps=2)
+  pool.members[1].no_op = "inventory"  # as a user's environment might
+  generate, _ = _scripted(pool, bad_members=(0, 1))
+  res = rollout.rollout(generate, pool, jax.random.key(0),
+                        env_name="household", max_steps=2, group_seeds=[5])
+  acts = {e.traj_uid: {s.action for s in e.steps} for e in res.episodes}
+  assert acts == {0: {"look"}, 1: {"inventory"}}
+
+
 def test_policy_rollout_logprobs_match_scorer():
   pool = base.EnvPool("sokoban", num_groups=1, group_size=2, max_steps=3)
   obs, infos = pool.reset([1])

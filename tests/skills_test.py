@@ -337,6 +337,12 @@ PARSE_CASES = [
     ("null_skill", '{"episode_summary": "x", "episode_skill": null}',
      "empty_skill"),
     ("dict_skill", '{"episode_skill": {"a": 1}}', "empty_skill"),
+    # The prompt's own shape echoed back is no analysis.
+    ("placeholder_echoed", skills._SHAPE % "", "empty_skill"),
+    ("placeholder_then_real",
+     '{"episode_skill": " <Skill> ", "step_skills": {"1": "<skill>"}} '
+     '{"episode_skill": "y", "step_skills": {"1": "<skill>", "2": "b"}}',
+     Analysis("", "y", {2: "b"})),
     ("no_skill_key", '{"episode_summary": "x", "skill": "y"}', "missing_skill"),
     ("empty_object", "{}", "missing_skill"),
     ("repeated_braces", "{{{{{{}}}}}}", "missing_skill"),

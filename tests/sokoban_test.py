@@ -165,6 +165,18 @@ def test_evaluation_levels_never_appear_in_training():
   assert not train_levels & eval_levels
 
 
+def test_seen_evaluation_plays_training_levels():
+  # "Seen" means the training distribution from its own seeds: training-class
+  # levels, some of which training plays too; unseen ones never are.
+  seen = sokoban.SokobanEnv(split="eval_seen")
+  seen_levels = set()
+  for s in range(1_000_000, 1_000_150):
+    seen_levels.add(_start(seen, s))
+    assert not sokoban.held_out(seen.level, seen.state)
+  train = sokoban.SokobanEnv(split="train")
+  assert seen_levels & {_start(train, s) for s in range(1500)}
+
+
 def test_a_loaded_level_does_not_change_later_resets():
   env = sokoban.SokobanEnv()
   first = _start(env, 7)

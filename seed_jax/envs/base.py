@@ -13,8 +13,8 @@ Info = dict[str, Any]
 # unseen tasks (household: unseen object/receptacle combinations and layouts)
 # uses [2e6, 3e6). Distinct seeds can still draw the same task when the task
 # space is small, so such environments split by content as well (Sokoban
-# keeps a hash class of levels for evaluation; household draws unseen tasks
-# from their own combinations and layouts).
+# keeps a hash class of levels for unseen evaluation; household draws unseen
+# tasks from their own combinations and layouts).
 SPLITS: dict[str, range] = {
     "train": range(0, 1_000_000),
     "eval_seen": range(1_000_000, 2_000_000),

@@ -209,8 +209,9 @@ class SokobanEnv:
   """A Sokoban level; see the module docstring.
 
   Args:
-    split: "train" plays training levels; the evaluation splits play levels
-      no training seed can produce (`held_out`), from their own seed ranges.
+    split: "train" and "eval_seen" play training-class levels (eval_seen
+      from its own seed range, so it may repeat a level training played);
+      "eval_unseen" plays levels no training seed can produce (`held_out`).
     dim: (rows, cols) of the grid, walls included.
     num_boxes: boxes per level.
     max_steps: steps before the episode is cut; also the longest optimal
@@ -223,7 +224,7 @@ class SokobanEnv:
 
   def __init__(self, *, split: str = "train", dim: Pos = (6, 6),
                num_boxes: int = 1, max_steps: int = 30) -> None:
-    self.evaluation = split != "train"
+    self.evaluation = split == "eval_unseen"
     self.dim = tuple(dim)
     self.num_boxes = num_boxes
     self._generator = dict(dim=self.dim, num_boxes=num_boxes)  # not load_text's
