@@ -46,6 +46,11 @@ MANIFEST = "seed_manifest.json"
 _CHUNK = 8 << 20
 
 
+class CorruptCheckpointError(RuntimeError):
+  """No checkpoint restores, or the one asked for does not match its
+  manifest."""
+
+
 class CorruptCheckpointWarning(UserWarning):
   """A checkpoint step failed its file check or its restore and was skipped."""
 
@@ -192,6 +197,15 @@ def check_manifest(step_dir: epath.PathLike) -> str | None:
   return None
 
 
+def _checksummed(step_dir: epath.Path) -> bool:
+  """Whether the step's manifest holds a checksum of every file."""
+  try:
+    files = json.loads((step_dir / MANIFEST).read_text())
+  except (OSError, ValueError):
+    return False
+  return bool(files) and all(crc is not None for _, crc in files.values())
+
+
 class Checkpointer:
   """Saves and restores training checkpoints under `workdir/checkpoints`.
 
@@ -235,7 +249,12 @@ class Checkpointer:
     Raises:
       PermissionError: when the directory cannot be created or written
         (unless read_only).
+      ValueError: max_to_keep or save_interval below 1 (0 kept would delete
+        every checkpoint, the last one too).
     """
+    if not read_only and (max_to_keep < 1 or save_interval < 1):
+      raise ValueError(f"max_to_keep={max_to_keep} and save_interval="
+                       f"{save_interval} must both be at least 1")
     self.workdir = epath.Path(workdir)
     self.directory = self.workdir / "checkpoints"
     if not read_only:
@@ -347,8 +366,8 @@ class Checkpointer:
 
     Every step's files are first checked against its manifest (one extra
     read of the checkpoint). A step that fails that check, or has no
-    manifest and fails to restore, is skipped with a
-    `CorruptCheckpointWarning`; once an earlier step restores, skipped steps
+    checksums (no manifest, or a size-only one) and fails to restore, is
+    skipped with a `CorruptCheckpointWarning`; once an earlier step restores, skipped steps
     are moved to `workdir/corrupt_checkpoints/`.
 
     Returns:
@@ -358,7 +377,7 @@ class Checkpointer:
       ValueError: when the checkpoint was written for a different model
         config than this Checkpointer's; orbax's errors when an intact step
         does not fit `abstract_state`.
-      RuntimeError: when checkpoints exist but none of them restores.
+      CorruptCheckpointError: when checkpoints exist but none restores.
     """
     self.wait()
     self._manager.reload()
@@ -366,7 +385,7 @@ class Checkpointer:
     skipped = []
     for step in steps:
       step_dir = self.directory / str(step)
-      verified = (step_dir / MANIFEST).exists()
+      verified = _checksummed(step_dir)
       problem = check_manifest(step_dir)
       if problem is None:
         try:
@@ -375,11 +394,13 @@ class Checkpointer:
           self._check_model(host.get("model_config"))
           restored = self._restore(step, host, abstract_state,
                                    abstract_reference)
-        except _ModelMismatch:
+        except ModelMismatchError:
           raise
         except Exception as e:  # pylint: disable=broad-except
-          # Files that match their manifest are intact: the failure is the
-          # caller's (an abstract state of another structure, say).
+          # Files that match their checksums are intact: the failure is the
+          # caller's (an abstract state of another structure, say). Sizes
+          # alone do not tell, so such a step falls back like one without
+          # a manifest.
           if verified:
             raise
           problem = f"{type(e).__name__}: {e}"
@@ -395,8 +416,9 @@ class Checkpointer:
                     CorruptCheckpointWarning, stacklevel=2)
       skipped.append(step)
     if steps:
-      raise RuntimeError(f"no checkpoint in {self.directory} restores "
-                         f"(tried steps {steps}); see the warnings above")
+      raise CorruptCheckpointError(
+          f"no checkpoint in {self.directory} restores (tried steps "
+          f"{steps}); see the warnings above")
     return None
 
   def restore(self, step: int, abstract_state: Any,
@@ -413,7 +435,8 @@ class Checkpointer:
     Raises:
       ValueError: when the step does not exist (the message lists the
         existing ones) or was written for a different model config.
-      RuntimeError: when the step's files do not match its manifest.
+      CorruptCheckpointError: when the step's files do not match its
+        manifest.
     """
     self.wait()
     self._manager.reload()
@@ -423,8 +446,9 @@ class Checkpointer:
                        f"steps there are {steps}")
     problem = check_manifest(self.directory / str(step))
     if problem is not None:
-      raise RuntimeError(f"checkpoint step {step} in {self.directory} is "
-                         f"corrupt ({problem})")
+      raise CorruptCheckpointError(
+          f"checkpoint step {step} in {self.directory} is corrupt "
+          f"({problem})")
     host = self._manager.restore(step, args=ocp.args.Composite(
         host=ocp.args.JsonRestore())).host
     self._check_model(host.get("model_config"))
@@ -455,7 +479,7 @@ class Checkpointer:
     diffs = [f"{k} {saved.get(k, '<unset>')} != {self._model.get(k, '<unset>')}"
              for k in sorted(set(saved) | set(self._model))
              if saved.get(k) != self._model.get(k)]
-    raise _ModelMismatch(
+    raise ModelMismatchError(
         f"workdir {self.workdir} holds a checkpoint of a different model: "
         f"{', '.join(diffs)} (checkpoint != this run); use another workdir "
         "or the checkpoint's model config")
@@ -470,5 +494,5 @@ class Checkpointer:
     self._manager.reload()
 
 
-class _ModelMismatch(ValueError):
+class ModelMismatchError(ValueError):
   """The checkpoint was written for another model config."""

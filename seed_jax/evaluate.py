@@ -411,12 +411,16 @@ def main(argv=None) -> dict[str, Any]:
   tx = run_optimizer(run)
   mesh = (partitioning.make_mesh(run["mesh_shape"]) if run["mesh_shape"]
           else None)
-  report = evaluate_run(
-      workdir, policy_fn=run["policy_fn"], rl=run["rl"], tx=tx,
-      env_name=run["env_name"], env_kwargs=run["env_kwargs"],
-      run_seed=run["seed"], mesh=mesh, step=step, num_tasks=args.num_tasks,
-      temperature=args.temperature, max_steps=args.max_steps,
-      history_length=args.history_length, seed=args.seed)
+  try:
+    report = evaluate_run(
+        workdir, policy_fn=run["policy_fn"], rl=run["rl"], tx=tx,
+        env_name=run["env_name"], env_kwargs=run["env_kwargs"],
+        run_seed=run["seed"], mesh=mesh, step=step, num_tasks=args.num_tasks,
+        temperature=args.temperature, max_steps=args.max_steps,
+        history_length=args.history_length, seed=args.seed)
+  except (checkpoints.CorruptCheckpointError,
+          checkpoints.ModelMismatchError) as e:
+    raise SystemExit(f"error: {e}") from e
   table = rows(report["metrics"])
   base = report_path(workdir, step, num_tasks=args.num_tasks, seed=args.seed,
                      temperature=args.temperature, max_steps=args.max_steps,

@@ -92,6 +92,10 @@ RESCORED_END = "<!-- seed_jax.experiments evaluate: end -->"
 RAW_LIMIT = 2 << 20  # copy the runs' metrics.jsonl next to the md below this
 
 
+class BusyError(RuntimeError):
+  """Someone else already works on an experiment's directory."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Run:
   """One (method, seed) training run."""
@@ -214,10 +218,15 @@ def execute(runs: Sequence[Run], num_updates: Mapping[str, int], *,
   Returns:
     The final status: {"runs": {name: {"state": "done" | "failed" |
     "interrupted", "returncode", ...}}, ...}.
+
+  Raises:
+    BusyError: another runner still works on `out`, or a run an earlier
+      runner started still trains (two trainers would share a workdir).
   """
   os.makedirs(out, exist_ok=True)
   path = os.path.join(out, STATUS)
   earlier = _read_status(path)
+  _check_nobody_running(earlier, out)
   # Provenance across invocations on one OUT (say, methods added later):
   # every command so far, and the runs of earlier ones not planned here.
   commands = [c for c in earlier.get("commands", []) if c != command]
@@ -306,16 +315,44 @@ def _read_status(path: str) -> dict[str, Any]:
   return status
 
 
-def _runner_alive(status: Mapping[str, Any]) -> bool | None:
-  if status.get("host") != socket.gethostname():
-    return None  # another machine's runner: unknown here
+def _alive(pid: Any) -> bool:
+  """Whether process `pid` of this machine runs seed_jax (best effort: a
+  recycled pid of another program is told apart where /proc exists)."""
   try:
-    os.kill(int(status["pid"]), 0)
-  except ProcessLookupError:
+    pid = int(pid)
+    os.kill(pid, 0)
+  except (TypeError, ValueError, ProcessLookupError):
     return False
   except PermissionError:
     return True
-  return not status.get("finished")
+  try:
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+      return b"seed_jax" in f.read()
+  except OSError:
+    return True
+
+
+def _runner_alive(status: Mapping[str, Any]) -> bool | None:
+  if status.get("host") != socket.gethostname():
+    return None  # another machine's runner: unknown here
+  return _alive(status.get("pid")) and not status.get("finished")
+
+
+def _check_nobody_running(status: Mapping[str, Any], out: str) -> None:
+  """Raises BusyError while a runner or one of its runs works on `out`."""
+  if not status or status.get("host") != socket.gethostname():
+    return  # nothing recorded, or another machine's (unknown here)
+  if status.get("pid") != os.getpid() and _runner_alive(status):
+    raise BusyError(
+        f"another runner (pid {status['pid']}, started {status.get('started')}"
+        f") is working on {out}; wait for it, or stop it with "
+        f"`kill {status['pid']}`, then rerun to resume")
+  for name, run in status.get("runs", {}).items():
+    if run.get("state") == "running" and _alive(run.get("pid")):
+      # Its runner died without stopping it (say, SIGKILL).
+      raise BusyError(
+          f"run {name} of an earlier runner still trains (pid {run['pid']}); "
+          f"wait for it or `kill {run['pid']}`, then rerun to resume")
 
 
 def status_report(out: str) -> str:
@@ -638,6 +675,8 @@ def main(argv=None) -> int:
   try:
     status = execute(runs, num_updates, out=args.out,
                      parallel=args.parallel, command=command)
+  except BusyError as e:
+    raise SystemExit(f"error: {e}") from None
   except KeyboardInterrupt:
     print("interrupted; rerun the same command to resume", flush=True)
     return 130

@@ -43,9 +43,12 @@ def load(path: str) -> list[dict[str, Any]]:
   """The binding sets of a sweep file, in order.
 
   Raises:
+    FileNotFoundError: no such file.
     ValueError: when the file has no `sweep()` or yields something else
       than non-empty dicts.
   """
+  if not os.path.isfile(path):
+    raise FileNotFoundError(f"no sweep file {path!r}")
   spec = importlib.util.spec_from_file_location("_seed_sweep", path)
   if spec is None or spec.loader is None:
     raise ValueError(f"cannot load sweep file {path!r}")
@@ -237,18 +240,23 @@ def parse_flags(argv):
 
 def main(argv=None) -> int:
   args = parse_flags(sys.argv[1:] if argv is None else argv)
-  runs = load(args.sweep)
-  root = os.path.join(args.workdir, sweep_name(args.sweep))
+  from seed_jax import train  # pylint: disable=g-import-not-at-top
+  try:
+    runs = load(args.sweep)
+    root = os.path.join(args.workdir, sweep_name(args.sweep))
+    # Every run's gin files and bindings parse before one starts or is
+    # printed: a typo fails here, not in every run.
+    planned = [train.planned_updates(
+        train_argv(args.gin_file, os.path.join(root, str(i)), b, args.extra))
+               for i, b in enumerate(runs)]
+  except (FileNotFoundError, ValueError) as e:
+    raise SystemExit(f"error: {e}") from None
   if args.emit_commands:
     print("\n".join(commands(runs, gin_files=args.gin_file, root=root,
                              launcher=args.launcher, extra=args.extra)))
     return 0
   failed = [] if args.summarize else run_local(
       runs, gin_files=args.gin_file, root=root, extra=args.extra)
-  from seed_jax import train  # pylint: disable=g-import-not-at-top
-  planned = [train.planned_updates(
-      train_argv(args.gin_file, os.path.join(root, str(i)), b, args.extra))
-             for i, b in enumerate(runs)]
   header, rows = summarize(runs, root, metrics=args.metrics.split(","),
                            failed=failed, num_updates=planned)
   from seed_jax import distributed  # pylint: disable=g-import-not-at-top

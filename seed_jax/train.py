@@ -18,6 +18,7 @@ import logging
 import os
 import sys
 import time
+import tokenize
 from typing import Any, Callable, Sequence
 
 from etils import epath
@@ -37,8 +38,23 @@ from seed_jax import trainer as trainer_lib
 DEFAULT_GIN = "configs/experiments/demo.gin"
 
 
+class KnobError(ValueError):
+  """A `train` argument out of its range (the command line says it plainly)."""
+
+
 class NonFiniteError(RuntimeError):
   """Too many consecutive updates with a non-finite loss or gradient."""
+
+
+def _check_knobs(**knobs: int) -> None:
+  """Counts `train` needs before any work: a KnobError naming the bad one."""
+  least = dict(num_updates=0, checkpoint_every=1, max_to_keep=1, eval_every=0,
+               eval_tasks=1, max_consecutive_nonfinite=1)
+  for name, value in knobs.items():
+    if isinstance(value, bool) or not isinstance(value, int):
+      raise KnobError(f"train.{name}={value!r} must be an integer")
+    if value < least[name]:
+      raise KnobError(f"train.{name}={value} must be at least {least[name]}")
 
 
 def train(workdir: str, *,
@@ -100,6 +116,10 @@ def train(workdir: str, *,
   Returns:
     The final evaluation metrics.
   """
+  _check_knobs(num_updates=num_updates, checkpoint_every=checkpoint_every,
+               max_to_keep=max_to_keep, eval_every=eval_every,
+               eval_tasks=eval_tasks,
+               max_consecutive_nonfinite=max_consecutive_nonfinite)
   if "://" not in str(workdir):  # orbax needs absolute local paths
     workdir = os.path.abspath(workdir)
   workdir = epath.Path(workdir)
@@ -301,7 +321,8 @@ def parse_gin(files: Sequence[str] | None, bindings: Sequence[str], *,
   Raises:
     FileNotFoundError: a gin file that does not exist.
     ValueError: a binding of a macro that nothing uses (a misspelled
-      `--gin.VARIENT='grpo'` would otherwise be ignored), with close names.
+      `--gin.VARIENT='grpo'` would otherwise be ignored), with close names;
+      a value gin cannot parse (most often a string without its quotes).
   """
   files = [find_gin_file(f) for f in files or [DEFAULT_GIN]]
   gin.add_config_file_search_path(ROOT)  # includes: configs/runs/...
@@ -311,9 +332,24 @@ def parse_gin(files: Sequence[str] | None, bindings: Sequence[str], *,
   try:
     gin.parse_config_files_and_bindings(files, bindings,
                                         finalize_config=finalize)
+  except (SyntaxError, tokenize.TokenError) as e:
+    raise ValueError(_unparsable(e)) from None
   finally:
     logging.getLogger().removeFilter(probes)
   _check_macros(bindings)
+
+
+def _unparsable(e: Exception) -> str:
+  """A plain message for gin's SyntaxError or TokenError."""
+  if isinstance(e, tokenize.TokenError):
+    return ("gin cannot parse the bindings: a bracket or quote is not "
+            f"closed ({e.args[0]})")
+  text = (getattr(e, "text", None) or "").strip()
+  where = f" in {e.filename}" if getattr(e, "filename", None) else ""
+  why = str(e).strip().splitlines()[-1].strip() if str(e).strip() else ""
+  return (f"gin cannot parse {text!r}{where}: {why}; values are Python "
+          "literals or gin references, so a string needs its own quotes, "
+          "e.g. --gin.VARIANT=\"'grpo'\"")
 
 
 def _check_macros(bindings: Sequence[str]) -> None:
@@ -381,7 +417,10 @@ def main(argv=None) -> None:
     parse_gin(args.gin_file, args.gin, finalize=True)
   except (FileNotFoundError, ValueError) as e:
     raise SystemExit(f"error: {e}") from None
-  gin.get_configurable(train)(gin.query_parameter("%WORKDIR"))
+  try:
+    gin.get_configurable(train)(gin.query_parameter("%WORKDIR"))
+  except KnobError as e:  # gin appends "In call to configurable ..."
+    raise SystemExit(f"error: {str(e).splitlines()[0]}") from None
 
 
 if __name__ == "__main__":

@@ -183,7 +183,8 @@ def _largest_file(step_dir):
 
 
 @pytest.mark.parametrize("damage",
-                         ["truncate", "flip", "metadata_without_manifest"])
+                         ["truncate", "flip", "metadata_without_manifest",
+                          "same_size_under_sizes_only"])
 def test_corrupt_latest_falls_back(saved, tmp_path, damage):
   workdir = _copy(saved, tmp_path)
   step_dir = workdir / "checkpoints" / "3"
@@ -196,6 +197,13 @@ def test_corrupt_latest_falls_back(saved, tmp_path, damage):
       f.write(bytes([byte[0] ^ 0xFF]))
   elif damage == "truncate":
     os.truncate(path, os.path.getsize(path) // 2)
+  elif damage == "same_size_under_sizes_only":  # checksums=False manifests
+    manifest = step_dir / checkpoints.MANIFEST
+    sizes = {k: [size, None] for k, (size, _) in
+             json.loads(manifest.read_text()).items()}
+    manifest.write_text(json.dumps(sizes))
+    meta = step_dir / "state" / "_METADATA"
+    meta.write_bytes(b"x" * os.path.getsize(meta))
   else:  # left to the restore to notice
     os.truncate(step_dir / "state" / "_METADATA", 10)
     os.remove(step_dir / checkpoints.MANIFEST)
@@ -253,7 +261,8 @@ def test_restore_a_given_corrupt_step_is_an_error(saved, tmp_path):
   workdir = _copy(saved, tmp_path)
   os.truncate(_largest_file(workdir / "checkpoints" / "2"), 1)
   with checkpoints.Checkpointer(workdir, model_config=CONFIG) as ckpt:
-    with pytest.raises(RuntimeError, match="step 2 .* corrupt"):
+    with pytest.raises(checkpoints.CorruptCheckpointError,
+                       match="step 2 .* corrupt"):
       ckpt.restore(2, _abstract(_mesh())[0])
     assert ckpt.all_steps() == [2, 3]  # nothing moved
 

@@ -126,6 +126,13 @@ def test_bad_inputs_are_clear_errors(tiny_run, tmp_path):
   os.remove(os.path.join(workdir, "config.gin"))
   with pytest.raises(SystemExit, match="config.gin is missing"):
     evaluate.main(["--workdir", workdir])
+  workdir = str(tmp_path / "corrupt")
+  shutil.copytree(tiny_run, workdir)
+  step_dir = os.path.join(workdir, "checkpoints", "2")
+  files = [os.path.join(d, f) for d, _, fs in os.walk(step_dir) for f in fs]
+  os.truncate(max(files, key=os.path.getsize), 1)
+  with pytest.raises(SystemExit, match="error: checkpoint step 2 .* corrupt"):
+    evaluate.main(["--workdir", workdir, "--step", "2", "--num_tasks", "1"])
   with pytest.raises(ValueError, match="temperature must be > 0"):
     evaluate.evaluate_split(None, None, env_name="household",
                             split="eval_seen", num_tasks=1, max_steps=3,

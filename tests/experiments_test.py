@@ -4,6 +4,7 @@ status and summary."""
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -213,6 +214,44 @@ def test_bad_inputs(tmp_path):
   with pytest.raises(SystemExit, match=r"method\(s\) \['grpoo'\].*\['grpo'\]"):
     experiments.main(["evaluate", "--out", str(tmp_path), "--num_tasks", "1",
                       "--methods", "grpoo"])
+
+
+def test_a_second_runner_on_one_folder_is_refused(tmp_path):
+  out = str(tmp_path / "exp")
+  os.makedirs(out)
+  host = socket.gethostname()
+  # Stand-ins for seed_jax processes (their command line names seed_jax) and
+  # for another program that took a recycled pid.
+  ours = subprocess.Popen([sys.executable, "-c", "import time, sys; "
+                           "time.sleep(120)", "seed_jax.train"])
+  other = subprocess.Popen([sys.executable, "-c", "import time; "
+                            "time.sleep(120)"])
+  try:
+    def status(**kw):
+      base = dict(host=host, pid=other.pid, finished=False, runs={})
+      (tmp_path / "exp" / "status.json").write_text(json.dumps(
+          dict(base, **kw)))
+
+    status(pid=ours.pid, started="t0")
+    with pytest.raises(experiments.BusyError,
+                       match=f"another runner \\(pid {ours.pid}"):
+      experiments.execute([], {}, out=out, poll_s=0)
+    # The runner died (SIGKILL) but left a run training.
+    status(runs={"grpo/seed0": {"state": "running", "pid": ours.pid}})
+    with pytest.raises(experiments.BusyError,
+                       match=f"run grpo/seed0 .* still trains \\(pid {ours.pid}"):
+      experiments.execute([], {}, out=out, poll_s=0)
+    # Pids of programs that are not seed_jax, or finished runners, are no
+    # obstacle.
+    status(runs={"grpo/seed0": {"state": "running", "pid": other.pid}})
+    assert experiments.execute([], {}, out=out, poll_s=0)["finished"]
+    status(pid=ours.pid, finished=True)
+    assert experiments.execute([], {}, out=out, poll_s=0)["finished"]
+  finally:
+    ours.kill()
+    other.kill()
+    ours.wait()
+    other.wait()
 
 
 def test_replace_section():

@@ -32,6 +32,17 @@ def test_a_file_without_sweep_is_an_error(tmp_path):
     sweep.load(str(bad))
 
 
+def test_a_missing_sweep_file_or_a_bad_binding_is_a_plain_error(tmp_path):
+  with pytest.raises(SystemExit, match="error: no sweep file"):
+    sweep.main([f"--sweep={tmp_path}/nope.py", f"--gin_file={TINY}",
+                f"--workdir={tmp_path}", "--emit_commands"])
+  # Checked before any command is printed or run.
+  with pytest.raises(SystemExit, match="gin cannot parse 'VARIANT=seed'"):
+    sweep.main([f"--sweep={SWEEP}", f"--gin_file={TINY}",
+                f"--workdir={tmp_path}", "--emit_commands",
+                "--gin.VARIANT=seed"])
+
+
 def test_emitted_commands(capsys):
   argv = [f"--sweep={SWEEP}", f"--gin_file={TINY}", "--workdir=/runs",
           "--emit_commands", "--gin.VARIANT='seed'"]

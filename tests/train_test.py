@@ -69,6 +69,24 @@ def test_unknown_binding_is_named(tmp_path):
     _run(str(tmp_path / "x"), "--gin.trainer.RLConfig.opd_coeff=0.0")
 
 
+@pytest.mark.parametrize("binding,message", [
+    ("--gin.VARIANT=grpo", "gin cannot parse 'VARIANT=grpo'.*own quotes"),
+    ("--gin.SEED=(", "gin cannot parse the bindings: a bracket or quote"),
+    ("--gin.train.train.max_to_keep=0",
+     r"train\.max_to_keep=0 must be at least 1"),
+    ("--gin.train.train.checkpoint_every=0",
+     r"train\.checkpoint_every=0 must be at least 1"),
+    ("--gin.NUM_UPDATES=-3", r"train\.num_updates=-3 must be at least 0"),
+    ("--gin.NUM_UPDATES=2.5", r"train\.num_updates=2.5 must be an integer"),
+])
+def test_bad_values_are_plain_errors_before_any_work(tmp_path, binding,
+                                                    message):
+  workdir = tmp_path / "x"
+  with pytest.raises(SystemExit, match="error: " + message):
+    _run(str(workdir), binding)
+  assert not workdir.exists()  # refused before the workdir was made
+
+
 def test_non_finite_updates_stop_the_run_and_keep_the_last_checkpoint(
     tmp_path, monkeypatch):
   from seed_jax import checkpoints
