@@ -16,8 +16,6 @@ from seed_jax.episodes import Episode
 
 MAX_SKILL_CHARS = 300
 _PAST = {"clean": "cleaned", "heat": "heated", "cool": "cooled"}
-_GENERIC_SKILL = ("Answer with exactly one admissible action inside <action> "
-                  "</action> and keep track of what you have already tried.")
 
 
 def _kind(name: str) -> str:
@@ -43,13 +41,16 @@ def _clip(text: str) -> str:
   return text[:MAX_SKILL_CHARS - 3].rstrip() + "..."
 
 
-def annotate(episode: Episode) -> dict[str, str]:
+def annotate(episode: Episode) -> dict[str, str] | None:
   """Writes the hindsight analysis of one episode.
 
   Args:
     episode: a finished episode with `ground_truth` from its environment.
 
   Returns:
+    None when there is nothing to ground an analysis in (`episode.error` is
+    set, or the episode has no `ground_truth` because the environment's
+    ground_truth() raised): callers count it as no reply. Else
     {"episode_summary": str, "episode_skill": str}. Example (household clean
     task, failure): {"episode_summary": "Failure after 30 steps on 'put a
     clean mug in coffeemachine': the mug was never found.",
@@ -62,14 +63,24 @@ def annotate(episode: Episode) -> dict[str, str]:
   if episode.env_name not in _RULES:
     raise ValueError(f"no annotation rules for {episode.env_name!r}; known: "
                      f"{sorted(_RULES)}")
-  if not episode.ground_truth:  # e.g. the environment raised before the end
-    outcome = "Success" if episode.success else "Failure"
-    note = f" (environment error: {episode.error})" if episode.error else ""
-    return {"episode_summary": f"{outcome} after {episode.length} steps on "
-                               f"'{episode.task}'{note}.",
-            "episode_skill": _GENERIC_SKILL}
+  if episode.error or not episode.ground_truth:
+    return None  # the environment raised, or its ground_truth() did
   summary, skill = _RULES[episode.env_name](episode, episode.ground_truth)
   return {"episode_summary": summary, "episode_skill": _clip(skill)}
+
+
+def annotate_strict(episode: Episode) -> dict[str, str]:
+  """`annotate` for scripted episodes, which must have ground truth.
+
+  Raises:
+    RuntimeError: naming the episode, when `annotate` returns None.
+  """
+  analysis = annotate(episode)
+  if analysis is None:
+    raise RuntimeError(
+        f"{episode.env_name} seed {episode.seed}: no ground truth to annotate "
+        f"({episode.error or 'its ground_truth() raised'})")
+  return analysis
 
 
 class RuleTeacher:
@@ -87,8 +98,9 @@ class RuleTeacher:
 
   def annotate_many(self, episodes: Sequence[Episode],
                     prompts: Sequence[str] | None = None
-                    ) -> list[dict[str, str]]:
-    """One `annotate` per episode, in order (`prompts` are not needed)."""
+                    ) -> list[dict[str, str] | None]:
+    """One `annotate` per episode, in order (`prompts` are not needed); None
+    for an episode without ground truth."""
     del prompts
     return [annotate(ep) for ep in episodes]
 
@@ -229,5 +241,7 @@ def _sokoban(ep: Episode, gt: dict[str, Any]) -> tuple[str, str]:
           f"straight there instead of wandering. {plan}")
 
 
-_RULES = {"household": _household, "sokoban": _sokoban}
+# gym_sokoban's ground_truth() is the built-in sokoban's (its `_as_builtin`).
+_RULES = {"household": _household, "sokoban": _sokoban,
+          "gym_sokoban": _sokoban}
 ENVS = tuple(_RULES)  # the environments with rules

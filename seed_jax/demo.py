@@ -212,7 +212,8 @@ def evaluate_skills(policy: rollout_lib.Policy, params, *, split: str,
                                min_rows=policy.min_rows, stop_strings=())
   gens = analyst.generate(params, prompts, rng_an, sampler_lib.Greedy())
   parse, f1 = skills.ParseStats(), []
-  hindsight = [annotators.annotate(ep)["episode_skill"] for ep in eps]
+  hindsight = [annotators.annotate_strict(ep)["episode_skill"]
+               for ep in eps]
   for gen, ref in zip(gens, hindsight):
     got = parse.record(skills.parse_analysis(gen.text))
     f1.append(stage1.skill_f1(got.skill, ref)

@@ -206,7 +206,7 @@ def demonstrations(*, num_tasks: int, seed: int = 0, max_steps: int = 20,
       prompt and a move to where that skill says the object was;
     * "analysis" (`analysis_fraction` of tasks): the analysis prompt of an
       imperfect episode (noise cycling over `analysis_noise`, so failures
-      appear too) -> json.dumps(annotators.annotate(episode)).
+      appear too) -> json.dumps(annotators.annotate_strict(episode)).
 
   Args:
     num_tasks: train-split tasks.
@@ -250,16 +250,17 @@ def demonstrations(*, num_tasks: int, seed: int = 0, max_steps: int = 20,
     better = _play([seeds[i] for i in idx], expert(True, skill_noise, salt=1),
                    seed=seed + 1, **kw)
     for i, ep in zip(idx, better):
-      skill = annotators.annotate(plain[i])["episode_skill"]
+      skill = annotators.annotate_strict(plain[i])["episode_skill"]
       if not _names_start(skill, ep):
-        skill = annotators.annotate(ep)["episode_skill"]
+        skill = annotators.annotate_strict(ep)["episode_skill"]
       records += [_record(skills.build_skill_prompt(s.prompt, skill),
                           s.response, ep, "skill")
                   for s in ep.steps if s.action_valid]
   if skill_relabel:
     for ep in plain:
-      records += _relabeled(ep, annotators.annotate(ep)["episode_skill"],
-                            hint=search_hint)
+      records += _relabeled(
+          ep, annotators.annotate_strict(ep)["episode_skill"],
+          hint=search_hint)
   idx = sorted(analyzed)
   for j, level in enumerate(analysis_noise):
     chunk = idx[j::len(analysis_noise)]
@@ -270,6 +271,7 @@ def demonstrations(*, num_tasks: int, seed: int = 0, max_steps: int = 20,
                 seed=seed + 2 + j, **kw)
     for ep in eps:
       prompt = skills.build_analysis_prompt(ep, max_chars=analysis_max_chars)
-      records.append(_record(prompt.text, json.dumps(annotators.annotate(ep)),
-                             ep, "analysis"))
+      records.append(_record(
+          prompt.text, json.dumps(annotators.annotate_strict(ep)), ep,
+          "analysis"))
   return records

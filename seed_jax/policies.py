@@ -117,10 +117,25 @@ def _demo_policy(seed: int, demo_kwargs: dict[str, Any],
   return policy
 
 
+def _check_stage1_env(cfg: Stage1Config, env_name: str) -> None:
+  """Raises ValueError when the rule annotator has no rules for `env_name`."""
+  if cfg.annotator == "rule" and env_name not in annotators.ENVS:
+    raise ValueError(f"Stage 1 with annotator='rule' needs a game with "
+                     f"annotation rules {list(annotators.ENVS)}, got "
+                     f"{env_name!r}")
+
+
 def run_stage1(policy: Policy, cfg: Stage1Config, workdir: epath.Path, *,
                env_name: str, max_new_tokens: int, seed: int = 0,
                teacher=None) -> Policy:
-  """Stage 1 on the policy's own rollouts; returns the fine-tuned policy."""
+  """Stage 1 on the policy's own rollouts; returns the fine-tuned policy.
+
+  Raises:
+    ValueError: before any rollout, for annotator="rule" on a game without
+      rules (see `annotators.ENVS`), or a teacher missing or bound unlike
+      `cfg`.
+  """
+  _check_stage1_env(cfg, env_name)
   t0 = time.time()
   rl_policy = rollout_lib.Policy(policy.config, policy.tokenizer,
                                  max_new_tokens=max_new_tokens, min_rows=8,
@@ -159,7 +174,7 @@ def run_stage1(policy: Policy, cfg: Stage1Config, workdir: epath.Path, *,
   data_dir = workdir / "stage1_data"
   stage1_lib.write_dataset(records, data_dir, seed=seed, overwrite=True)
   train = stage1_lib.read_dataset(data_dir, "train")
-  val = stage1_lib.read_dataset(data_dir, "validation")
+  val = stage1_lib.read_dataset(data_dir, "validation")  # may be empty
   print(f"stage 1: {len(train)} train / {len(val)} validation records "
         f"({stats}) in {time.time() - t0:.0f}s", flush=True)
   params, report = sft_lib.sft(
@@ -197,9 +212,15 @@ def prepare(workdir, *, seed: int = 0, source: str = "demo",
     cache_dir: a folder where demo warm starts are kept, keyed by seed and
       `demo_kwargs`, so that runs comparing methods on one seed train it once.
     teacher: an OpenAI-compatible teacher for Stage 1 with annotator="teacher".
+
+  Raises:
+    ValueError: an unknown source, or (before the warm start) Stage 1 with
+      annotator="rule" on a game without annotation rules.
   """
   if source not in SOURCES:
     raise ValueError(f"unknown policy source {source!r}; known: {SOURCES}")
+  if stage1 is not None:  # before the warm start trains
+    _check_stage1_env(stage1, env_name)
   workdir = epath.Path(workdir)
   folder = workdir / "policy"
   if (folder / "config.json").exists():

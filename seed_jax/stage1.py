@@ -110,7 +110,11 @@ def collect_records(
   parsed by `skills.parse_analysis` and re-serialized canonically
   (`Analysis.to_json`, e.g. '{"episode_summary": "...", "episode_skill":
   "..."}'). A reply that does not parse, or has an empty skill, is counted
-  (`failed/<reason>` in the stats) and skipped.
+  (`failed/<reason>` in the stats) and skipped; so is no reply (None, e.g.
+  the rule annotator's on an episode whose ground_truth() raised:
+  `failed/no_reply`). An episode whose environment raised (`Episode.error`,
+  a failed reset included) is neither annotated nor kept: it is counted in
+  `env_errors` and logged.
 
   Args:
     generate: `generate(prompts, rng) -> list[Generation]`, e.g.
@@ -138,8 +142,8 @@ def collect_records(
 
   Returns:
     (records, stats): records (dicts with FIELDS) in episode order; stats:
-    tasks, episodes, successes, env_steps, steps_cut (in kept prompts),
-    prompt_too_long, records, parsed, failed, parse_rate and
+    tasks, episodes, successes, env_steps, env_errors, steps_cut (in kept
+    prompts), prompt_too_long, records, parsed, failed, parse_rate and
     failed/<reason>.
 
   Raises:
@@ -157,8 +161,8 @@ def collect_records(
   records: list[Record] = []
   parse = skills.ParseStats()
   counts = collections.Counter(dict.fromkeys(
-      ("tasks", "episodes", "successes", "env_steps", "steps_cut",
-       "prompt_too_long"), 0))
+      ("tasks", "episodes", "successes", "env_steps", "env_errors",
+       "steps_cut", "prompt_too_long"), 0))
 
   def prompt(ep) -> skills.AnalysisPrompt | None:
     if encode is None or max_prompt_tokens is None:
@@ -186,6 +190,12 @@ def collect_records(
     counts.update(tasks=len(chunk), episodes=len(eps),
                   env_steps=result.env_steps,
                   successes=sum(bool(e.success) for e in eps))
+    broken = [e for e in eps if e.error is not None]
+    if broken:  # nothing sound to analyze (nor the task, after a reset)
+      counts["env_errors"] += len(broken)
+      logging.warning("stage1: left out %d episode(s) whose environment "
+                      "raised, e.g. %s", len(broken), broken[0].error)
+      eps = [e for e in eps if e.error is None]
     prompts = [prompt(ep) for ep in eps]
     counts["prompt_too_long"] += sum(p is None for p in prompts)
     eps, prompts = ([e for e, p in zip(eps, prompts) if p is not None],
@@ -261,10 +271,16 @@ def split_records(records: Sequence[Record], *, validation_fraction: float,
                   seed: int) -> tuple[list[Record], list[Record]]:
   """Deterministic train/validation split by task.
 
-  Whole tasks (one task text, in an order drawn from `seed`) join validation
-  until it holds round(n * fraction) records (at least one, never all), so
-  validation scores analyses of unseen tasks; with a single task, records
-  are split instead. Each split keeps the input order.
+  The target is round(n * fraction) records (at least one, never all).
+  Whole tasks (one task text each, in an order drawn from `seed`) join
+  validation, until it reaches the target, when they leave it no farther
+  from the target than it was and train keeps a record; so a task is never
+  in both splits and validation scores analyses of unseen tasks. It may end
+  off the target by less than one task either way, or empty when every task
+  is too large (16 records of two tasks at fraction 0.1: target 2, no
+  validation, where adding a task would give 8). With a single task,
+  records are split instead (exactly the target). Each split keeps the
+  input order.
 
   Returns:
     (train, validation).
@@ -285,7 +301,8 @@ def split_records(records: Sequence[Record], *, validation_fraction: float,
   for g in order:
     if len(val) >= target:
       break
-    if len(val) + len(members[g]) < n:  # train keeps at least one record
+    size = len(val) + len(members[g])
+    if size - target <= target - len(val) and size < n:
       val.extend(members[g])
   chosen = set(val)
   return ([r for i, r in enumerate(records) if i not in chosen],
@@ -299,9 +316,11 @@ def write_dataset(records: Sequence[Record], data_dir: epath.PathLike, *,
   """Writes records as a TFDS dataset (array_record; train/validation).
 
   Files go to `<data_dir>/<name>/1.0.0/` through a temporary folder renamed
-  when complete; an empty validation split (one record, or fraction 0) is
-  not written. Read back with `read_dataset`, `tfds.data_source(name,
-  split=..., data_dir=data_dir)` or `tfds.builder_from_directory(...)`.
+  when complete; an empty validation split (one record, fraction 0, or
+  tasks too large for the target, see `split_records`) is not written, and
+  `read_dataset` reads it as empty. Read back with `read_dataset`,
+  `tfds.data_source(name, split=..., data_dir=data_dir)` or
+  `tfds.builder_from_directory(...)`.
 
   Args:
     records: dicts with FIELDS (from `collect_records`).
@@ -381,7 +400,8 @@ def read_dataset(data_dir: epath.PathLike, split: str, *,
     name: the dataset name.
 
   Returns:
-    A RecordSource.
+    A RecordSource; an empty one for "validation" when `write_dataset` left
+    that split out (it had no records).
 
   Raises:
     FileNotFoundError: naming the folder when no such dataset was written.
@@ -389,8 +409,11 @@ def read_dataset(data_dir: epath.PathLike, split: str, *,
   if not (epath.Path(data_dir) / name).exists():
     raise FileNotFoundError(f"no dataset {name!r} in {os.fspath(data_dir)!r}; "
                             "write it with write_dataset first")
-  return RecordSource(tfds.data_source(name, split=split,
-                                       data_dir=os.fspath(data_dir)))
+  data_dir = os.fspath(data_dir)
+  if (split == "validation" and split not in
+      tfds.builder(name, data_dir=data_dir).info.splits):
+    return RecordSource([])
+  return RecordSource(tfds.data_source(name, split=split, data_dir=data_dir))
 
 
 # -- agreement ----------------------------------------------------------------

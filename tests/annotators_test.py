@@ -4,6 +4,7 @@ import pytest
 
 from seed_jax import annotators
 from seed_jax import envs
+from seed_jax.envs import gym_sokoban
 from seed_jax.envs import household
 from seed_jax.envs import household_world as hw
 from seed_jax.episodes import Episode
@@ -180,9 +181,18 @@ def test_deterministic_and_bad_input():
   with pytest.raises(ValueError, match="household"):
     annotators.annotate(Episode(env_name="webshop", task="t", family="f",
                                 seed=0))
-  out = annotators.annotate(Episode(env_name="household", task="t",
-                                    family="pick", seed=0, error="boom"))
-  assert "boom" in out["episode_summary"] and out["episode_skill"]
+  # No facts to ground an analysis in: no reply (never a generic one).
+  assert annotators.annotate(Episode(env_name="household", task="t",
+                                     family="pick", seed=0)) is None
+  ep = _episode(env, 5, ["look"] * 6)
+  ep.error = "boom"  # the environment raised
+  assert annotators.annotate(ep) is None
+  assert annotators.RuleTeacher().annotate_many([ep]) == [None]
+  # Scripted demonstrations must not lose an episode quietly.
+  with pytest.raises(RuntimeError, match="household seed 5: .*boom"):
+    annotators.annotate_strict(ep)
+  assert annotators.annotate_strict(ep.__class__(**{
+      **ep.__dict__, "error": None})) == first
 
 
 def test_rule_teacher_answers_like_a_teacher_in_order():
@@ -193,3 +203,30 @@ def test_rule_teacher_answers_like_a_teacher_in_order():
   got = teacher.annotate_many(episodes, ["unused"] * 3)
   assert got == [annotators.annotate(ep) for ep in episodes]
   assert got[0] != got[1]  # in order, not one answer for all
+
+
+_WANDER = ["up", "up", "up", "left", "down", "left", "left", "down", "up",
+           "down", "right", "right"]  # seed 2: step 12 pushes into a wall
+
+
+@pytest.mark.parametrize("seed,moves,summary", [
+    (0, None, "Success in 5 steps"),
+    (2, _WANDER, "Failure after 12 steps on 'push every box (X) onto a target "
+                 "(O)': step 12 (right) made the level unsolvable.")])
+def test_gym_sokoban_has_the_sokobans_ground_truth(seed, moves, summary):
+  """gym_sokoban's facts are the built-in sokoban's on the same level and
+  moves, so the sokoban rules apply (None: the optimal solution)."""
+  error = gym_sokoban.requirement_error()
+  if error:
+    pytest.skip(error)
+  gym = gym_sokoban.GymSokobanEnv(dim=(7, 7), num_boxes=1, max_steps=20)
+  start = gym.reset(seed)[0]
+  moves = moves or list(gym.solution)
+  builtin = envs.make("sokoban", max_steps=20)
+  builtin.load_text(start)
+  got = _episode(gym, seed, moves, reset=False)
+  want = _episode(builtin, seed, moves, reset=False)
+  assert got.env_name == "gym_sokoban" and got.ground_truth == want.ground_truth
+  out = annotators.annotate(got)
+  assert out == annotators.annotate(want)
+  assert out["episode_summary"].startswith(summary)

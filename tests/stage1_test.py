@@ -3,6 +3,7 @@ goes down, skill agreement."""
 
 import contextlib
 import json
+import logging
 import socket
 
 import grain
@@ -11,6 +12,8 @@ import pytest
 import tensorflow_datasets as tfds
 
 from seed_jax import annotators
+from seed_jax import policies
+from seed_jax import rollout
 from seed_jax import skills
 from seed_jax import stage1
 from seed_jax import testing
@@ -99,6 +102,60 @@ def test_collect_records_fits_prompts_as_rl_does():
   assert records == [] and seen == [] and stats["prompt_too_long"] == 6
 
 
+def test_collect_records_leaves_out_episodes_without_sound_facts(caplog):
+  """An episode whose environment raised is dropped and counted; one whose
+  ground_truth() raised gets no rule analysis: a failure, not a record."""
+  scripted_factory, generate = testing.scripted_rollouts()
+  seen = []
+
+  def raises(*args):
+    raise RuntimeError("engine crashed")
+
+  def pool_factory(*args, **kwargs):
+    pool = scripted_factory(*args, **kwargs)
+    pool.members[1].reset = raises  # a failed reset (task "", reset_failed)
+    pool.members[2].step = raises  # mid-episode
+    pool.members[3].ground_truth = raises
+    return pool
+
+  def annotator(ep):
+    seen.append(ep)
+    return annotators.annotate(ep)
+
+  with caplog.at_level(logging.WARNING):
+    records, stats = stage1.collect_records(
+        generate, "household", num_tasks=3, group_size=2, max_steps=8,
+        annotator=annotator, rng=jax.random.key(0),
+        pool_factory=pool_factory)
+  assert stats["episodes"] == 6 and stats["env_errors"] == 2
+  assert len(seen) == 4 and all(ep.error is None for ep in seen)
+  assert stats["failed"] == stats["failed/no_reply"] == 1
+  assert stats["parsed"] == stats["records"] == len(records) == 3
+  assert all(r["task"] and r["family"] != rollout.RESET_FAILED
+             for r in records)
+  assert not any("crashed" in r["response"] for r in records)
+  assert "left out 2 episode(s) whose environment raised" in caplog.text
+
+
+@pytest.mark.parametrize("env_name", ["twx", "alfworld"])
+def test_stage1_refuses_a_game_without_rules_before_any_rollout(
+    env_name, tmp_path, monkeypatch):
+  def no_rollout(*args, **kwargs):
+    raise AssertionError("rolled out")
+
+  monkeypatch.setattr(rollout, "rollout", no_rollout)
+  monkeypatch.setattr(policies, "_demo_policy", no_rollout)  # no warm start
+  want = (f"annotator='rule' needs a game with annotation rules "
+          f"\\['household', 'sokoban', 'gym_sokoban'\\], got '{env_name}'")
+  with pytest.raises(ValueError, match=want):
+    policies.prepare(tmp_path, stage1=policies.Stage1Config(),
+                     env_name=env_name)
+  with pytest.raises(ValueError, match=want):
+    policies.run_stage1(None, policies.Stage1Config(), tmp_path,
+                        env_name=env_name, max_new_tokens=8)
+  assert not list(tmp_path.iterdir())
+
+
 def test_collect_records_rejects_unknown_mode():
   with pytest.raises(ValueError, match="unknown analysis mode"):
     stage1.collect_records(None, "household", num_tasks=1, group_size=1,
@@ -143,6 +200,43 @@ def test_write_dataset_errors(tmp_path):
     stage1.write_dataset(_records(3), tmp_path)
   stage1.write_dataset(_records(10), tmp_path, overwrite=True)
   assert len(stage1.read_dataset(tmp_path, "train")) == 18
+
+
+def test_validation_stays_within_a_task_of_its_target():
+  two = _records(2, per_task=8)
+  # Target round(16 * 0.1) = 2: a task of 8 would land 6 off, none at all 2.
+  assert stage1.split_records(two, validation_fraction=0.1, seed=0) == (
+      two, [])
+  # Target 8 (or 14): one task joins, the other stays in train.
+  for fraction in (0.5, 0.9):
+    train, val = stage1.split_records(two, validation_fraction=fraction,
+                                      seed=0)
+    assert len(train) == len(val) == 8
+  # Tasks of 4 (the demo's groups), target 6: 8 is as near as 4 and is
+  # taken, as before this rule.
+  fours = _records(16, per_task=4)
+  assert len(stage1.split_records(fours, validation_fraction=0.1,
+                                  seed=0)[1]) == 8
+  # Tasks of mixed sizes: whole tasks, off the target by less than the
+  # largest task, for any seed.
+  mixed = [r for t, k in enumerate((5, 1, 3, 2, 4, 1, 6)) for r in
+           _records(t + 1, per_task=k)[-k:]]
+  target = round(len(mixed) * 0.25)
+  for seed in range(20):
+    train, val = stage1.split_records(mixed, validation_fraction=0.25,
+                                      seed=seed)
+    assert abs(len(val) - target) < 6 and val and train
+    assert not {r["task"] for r in val} & {r["task"] for r in train}
+
+
+def test_an_unwritten_validation_split_reads_empty(tmp_path):
+  info = stage1.write_dataset(_records(1, per_task=1), tmp_path)
+  assert list(info.splits) == ["train"]
+  val = stage1.read_dataset(tmp_path, "validation")
+  assert len(val) == 0 and list(val) == []
+  with pytest.raises(IndexError):
+    val[0]
+  assert len(stage1.read_dataset(tmp_path, "train")) == 1
 
 
 def _closed_port():

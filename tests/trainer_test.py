@@ -174,7 +174,7 @@ def test_rules_analyzer_writes_the_annotators_skills(policy):
                           env_name="household", tx=optax.sgd(0.0),
                           teacher=teacher)
   with pytest.raises(ValueError, match=r"annotation rules \['household', "
-                     r"'sokoban'\], got 'twx'"):
+                     r"'sokoban', 'gym_sokoban'\], got 'twx'"):
     trainer_lib.RLTrainer(policy.config, policy.tokenizer, rl,
                           env_name="twx", tx=optax.sgd(0.0))
 
