@@ -43,6 +43,11 @@ def main(argv=None) -> None:
       config, params = hf.load_gguf()
       tok = hf.load_tokenizer()
     hf.check_vocab(tok, config)
+    if not tok.chat_template:  # a base model's tokenizer, say
+      raise ValueError(
+          f"the tokenizer of {args.model_dir or 'the SmolLM2 GGUF'} has no "
+          "chat template, and this demo sends chat turns: use an instruct "
+          "(chat) model")
   except (FileNotFoundError, KeyError, ValueError) as e:
     raise SystemExit(f"error: {e}") from None
   print(f"loaded {config.family} ({config.num_layers} layers) in "

@@ -129,6 +129,7 @@ def evaluate(params, config, tokenizer, records: Sequence[stage1.Record], *,
     {"val_loss" (token mean), "parse_rate", "skill_exact", "skill_f1",
     "val_examples", "val_parse/<...>" counts, "val_sample" (one analysis)}.
   """
+  _check("batch_size", batch_size, batch_size >= 1, "at least 1")
   policy = _policy(config, tokenizer, buckets, response_len_max, batch_size)
   counts = collections.Counter()
   examples = _encode(records, policy, response_len_max, counts)
@@ -161,6 +162,11 @@ def evaluate(params, config, tokenizer, records: Sequence[stage1.Record], *,
               if k != "parse_rate"})
   out.update({f"val_{k}": v for k, v in counts.items()})
   return out
+
+
+def _check(knob: str, value: Any, ok: bool, need: str) -> None:
+  if not ok:
+    raise ValueError(f"sft: {knob} must be {need}, got {value!r}")
 
 
 def _host_rng(rng: jax.Array) -> np.random.Generator:
@@ -205,15 +211,30 @@ def sft(params, config, tokenizer, train_records: Sequence[stage1.Record],
       (`restore_params`), or None.
 
   Returns:
-    (params, report): report with steps, train_loss (last epoch's mean),
-    skipped_updates (non-finite), the `evaluate` metrics on `val_records`
-    (when any) and seconds.
+    (params, report): report with steps, train_loss (last epoch's mean over
+    the updates applied; NaN when all were skipped), skipped_updates
+    (non-finite), the `evaluate` metrics on `val_records` (when any) and
+    seconds.
 
   Raises:
     FileExistsError: `checkpoint_dir` exists (checked before training).
-    ValueError: no training record fits.
+    ValueError: no training record fits, or a knob is out of range (epochs,
+      batch_size, learning_rate, warmup_fraction, weight_decay, grad_clip,
+      response_len_max, log_every).
   """
   start = time.time()
+  _check("epochs", epochs, epochs >= 1, "at least 1")
+  _check("batch_size", batch_size, batch_size >= 1, "at least 1")
+  _check("learning_rate", learning_rate, 0 < learning_rate < float("inf"),
+         "positive and finite")
+  _check("warmup_fraction", warmup_fraction, 0 <= warmup_fraction <= 1,
+         "in [0, 1]")
+  _check("weight_decay", weight_decay, weight_decay >= 0, ">= 0")
+  _check("grad_clip", grad_clip, not grad_clip or grad_clip > 0,
+         "> 0 (0 or None: no clipping)")
+  _check("response_len_max", response_len_max, response_len_max >= 1,
+         "at least 1 (EOS included)")
+  _check("log_every", log_every, log_every >= 0, ">= 0 (0: never)")
   ckpt_path = None
   if checkpoint_dir is not None:
     ckpt_path = epath.Path(checkpoint_dir).absolute()
@@ -247,9 +268,10 @@ def sft(params, config, tokenizer, train_records: Sequence[stage1.Record],
                      "grad_norm %.3f", name, len(history), total, epoch + 1,
                      float(metrics["loss"]), float(metrics["grad_norm"]))
   losses, skipped = np.asarray(jax.device_get(history)).T
+  applied = losses[-per_epoch:][skipped[-per_epoch:] == 0]
   report: dict[str, Any] = dict(
       steps=total, epochs=epochs, train_examples=len(train),
-      train_loss=float(losses[-per_epoch:].mean()),
+      train_loss=float(applied.mean()) if applied.size else float("nan"),
       skipped_updates=int(skipped.sum()), **counts)
   if val_records:
     report.update(evaluate(state.params, config, tokenizer, val_records,

@@ -15,6 +15,7 @@ import os
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from typing import Any, Callable, Sequence
 
@@ -24,10 +25,31 @@ from seed_jax.episodes import Episode
 ENV_BASE_URL = "SEED_TEACHER_BASE_URL"
 ENV_MODEL = "SEED_TEACHER_MODEL"
 ENV_API_KEY = "SEED_TEACHER_API_KEY"
-_RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+# Retried too: every 5xx but these two, which the server would answer again
+# (it lacks the method or the HTTP version).
+_RETRY_STATUS = frozenset({408, 409, 425, 429})
+_PERMANENT_5XX = frozenset({501, 505})
 # The endpoint refuses this one request (too long, malformed): the prompt
 # gets no reply and the others go on.
 _REJECT_STATUS = frozenset({400, 413, 422})
+
+
+def _retryable(status: int) -> bool:
+  return status in _RETRY_STATUS or (
+      500 <= status < 600 and status not in _PERMANENT_5XX)
+
+
+def _check_base_url(base_url: str) -> None:
+  """Raises ValueError unless `base_url` is http(s)://host[:port][/path]."""
+  parts = urllib.parse.urlsplit(base_url)
+  try:
+    port_ok = parts.port != 0  # None when not given
+  except ValueError:  # not a number, or out of range
+    port_ok = False
+  if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
+    raise ValueError(f"bad teacher base URL {base_url!r}: need http:// or "
+                     "https://, a host and, if given, a port in 1-65535 (e.g. "
+                     "'http://127.0.0.1:8000/v1')")
 
 
 class TeacherUnavailableError(RuntimeError):
@@ -119,7 +141,8 @@ class OpenAITeacher:
         when empty (local servers).
       timeout: seconds per request.
       max_retries: retries after the first attempt, on connection errors,
-        timeouts, malformed bodies and HTTP 408/409/425/429/5xx.
+        timeouts, malformed bodies, HTTP 408/409/425/429 and every 5xx but
+        501 and 505.
       backoff: first retry delay in seconds; doubles per retry.
       max_backoff: cap on one delay (also on a server's Retry-After).
       max_concurrency: most requests in flight at once from this client.
@@ -131,8 +154,10 @@ class OpenAITeacher:
       sleep: the delay function (injected in tests).
 
     Raises:
-      ValueError: when no base URL or model is given or set, or a limit is
-        out of range.
+      ValueError: when no base URL or model is given or set, the base URL is
+        not http(s)://host[:port][/path], the API key has a character an HTTP
+        header cannot carry (beyond latin-1, or a control character) or a
+        limit is out of range.
     """
     base_url = base_url or os.environ.get(ENV_BASE_URL, "")
     model = model or os.environ.get(ENV_MODEL, "")
@@ -141,14 +166,22 @@ class OpenAITeacher:
                        f"{ENV_BASE_URL}")
     if not model:
       raise ValueError(f"no teacher model: pass model or set {ENV_MODEL}")
+    _check_base_url(base_url)
+    api_key = api_key if api_key is not None else os.environ.get(
+        ENV_API_KEY, "")
+    # Not latin-1 or a control character (a newline read from a key file):
+    # the header could not be sent. Only the character is shown, not the key.
+    bad = [c for c in api_key if ord(c) > 255 or not c.isprintable()]
+    if bad:
+      raise ValueError(f"the teacher API key (api_key or {ENV_API_KEY}) has "
+                       f"a character an HTTP header cannot carry: {bad[0]!r}")
     if max_retries < 0 or max_concurrency < 1:
       raise ValueError("need max_retries >= 0 and max_concurrency >= 1")
     if mode not in skills.MODES:
       raise ValueError(f"unknown analysis mode {mode!r}")
     self.url = base_url.rstrip("/") + "/chat/completions"
     self.model = model
-    self._api_key = api_key if api_key is not None else os.environ.get(
-        ENV_API_KEY, "")
+    self._api_key = api_key
     self.timeout, self.max_retries = timeout, max_retries
     self.backoff, self.max_backoff = backoff, max_backoff
     self.max_concurrency = max_concurrency
@@ -183,7 +216,7 @@ class OpenAITeacher:
         body = response.read()
     except urllib.error.HTTPError as e:
       reason = f"HTTP {e.code} {e.reason}"
-      if e.code in _RETRY_STATUS:
+      if _retryable(e.code):
         raise _Retryable(reason, e.code, _retry_after(e.headers)) from e
       if e.code in _REJECT_STATUS:
         raise TeacherRejectedError(self.url, reason, e.code) from e
@@ -206,7 +239,7 @@ class OpenAITeacher:
 
     Raises:
       TeacherUnavailableError: after `max_retries` retries of retryable
-        failures, or at once on another HTTP error (e.g. 401, 404).
+        failures, or at once on another HTTP error (e.g. 401, 404, 501).
       TeacherRejectedError: at once when the endpoint refuses this request
         (400, 413, 422).
     """

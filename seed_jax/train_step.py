@@ -42,15 +42,18 @@ def make_optimizer(learning_rate: float = 1e-6, *, weight_decay: float = 0.01,
     learning_rate: peak learning rate.
     weight_decay: decoupled weight decay.
     grad_clip: global gradient-norm clip (0 or None to disable).
-    warmup_steps: linear warm-up from 0.
+    warmup_steps: linear warm-up from 0 (0: the first step at the peak).
     total_steps: length of the cosine schedule (required for "cosine").
     schedule: "constant" or "cosine".
   """
   if schedule == "cosine":
     if not total_steps:
       raise ValueError("a cosine schedule needs total_steps")
-    lr = optax.warmup_cosine_decay_schedule(
-        0.0, learning_rate, max(warmup_steps, 1), max(total_steps, 2))
+    if warmup_steps:
+      lr = optax.warmup_cosine_decay_schedule(
+          0.0, learning_rate, warmup_steps, max(total_steps, 2))
+    else:  # the first step at the peak
+      lr = optax.cosine_decay_schedule(learning_rate, total_steps)
   elif schedule == "constant":
     lr = (optax.linear_schedule(0.0, learning_rate, warmup_steps)
           if warmup_steps else learning_rate)

@@ -13,6 +13,7 @@ import pytest
 
 from seed_jax import advantages
 from seed_jax import checkpoints
+from seed_jax import hf
 from seed_jax import model as model_lib
 from seed_jax import prompts
 from seed_jax import rollout
@@ -276,3 +277,12 @@ def test_chat_bad_flags_and_folders_are_clear_errors(tmp_path, capsys):
     assert message in capsys.readouterr().err
   with pytest.raises(SystemExit, match="error: no config.json"):
     chat.main([f"--model_dir={tmp_path}", "hi"])
+  # A base model's folder: its tokenizer has no chat template to send turns.
+  policy = testing.tiny_policy(vocab_size=400)
+  folder = str(tmp_path / "base")
+  hf.save_pretrained(folder, policy.config, policy.params)
+  policy.tokenizer.chat_template = None
+  policy.tokenizer.save_pretrained(folder)
+  with pytest.raises(SystemExit, match="error: the tokenizer of .*base has "
+                     "no chat template"):
+    chat.main([f"--model_dir={folder}", "hi"])

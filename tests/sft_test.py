@@ -74,3 +74,50 @@ def test_tiny_model_learns_to_write_parseable_analyses(tmp_path):
   restored = sft.restore_params(tmp_path / "ckpt", params)
   assert jax.tree.all(jax.tree.map(lambda a, b: (a == b).all(), restored,
                                    tuned))
+
+
+def _tiny_tokenizer_and_config():
+  tok = tokenizer_lib.train_tokenizer(["look at the mug", "go to the desk"] * 3,
+                                      vocab_size=300)
+  config = testing.tiny_config(vocab_size=len(tok), max_position_embeddings=64,
+                               eos_token_ids=(tok.eos_token_id,),
+                               pad_token_id=tok.pad_token_id)
+  return tok, config
+
+
+@pytest.mark.parametrize("knob, value", [
+    ("epochs", 0), ("batch_size", 0), ("learning_rate", -1e-3),
+    ("learning_rate", float("nan")), ("warmup_fraction", 1.5),
+    ("weight_decay", -0.1), ("grad_clip", -1.0), ("response_len_max", 0),
+    ("log_every", -1)])
+def test_bad_knobs_are_clear_errors(knob, value):
+  tok, config = _tiny_tokenizer_and_config()
+  kw = dict(learning_rate=1e-3, rng=jax.random.key(0), buckets=(16,),
+            response_len_max=8)
+  kw[knob] = value
+  with pytest.raises(ValueError, match=f"sft: {knob} must be"):
+    sft.sft({}, config, tok, [dict(prompt="look", response="go")], [], **kw)
+
+
+def test_train_loss_is_the_mean_of_the_applied_updates(monkeypatch):
+  tok, config = _tiny_tokenizer_and_config()
+  # (loss, skipped) of each update, scripted: no model is compiled.
+  script = iter([(9.0, 0.0)] * 3 + [(1.0, 0.0), (np.nan, 1.0), (3.0, 0.0)])
+
+  def jit_train_step(tx, loss_fn):
+    del tx, loss_fn
+    def step(state, batch):
+      del batch
+      loss, skipped = next(script)
+      return state, dict(loss=np.float32(loss), skipped=np.float32(skipped),
+                         grad_norm=np.float32(1.0))
+    return step
+
+  monkeypatch.setattr(sft.train_step_lib, "jit_train_step", jit_train_step)
+  records = [dict(prompt="look", response="go")] * 6
+  _, report = sft.sft(
+      {"w": np.zeros(2, np.float32)}, config, tok, records, [],
+      learning_rate=1e-3, rng=jax.random.key(0), epochs=2, batch_size=2,
+      buckets=(16,), response_len_max=8, log_every=0)
+  assert (report["steps"], report["skipped_updates"]) == (6, 1)
+  assert report["train_loss"] == 2.0  # the last epoch's applied updates

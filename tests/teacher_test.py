@@ -3,6 +3,7 @@
 import contextlib
 import http.server
 import json
+import re
 import socket
 import threading
 import time
@@ -21,6 +22,7 @@ class _Stub:
   """Scripted chat-completions server state, keyed by words in the prompt.
 
   "FAIL<n>": the first n requests with that prompt answer 500.
+  "CODE<nnn>": the first request with that prompt answers HTTP nnn.
   "GARBAGE": the reply content is not JSON.
   "BADBODY": the HTTP body is not JSON (every time).
   "DENY": answers 401.
@@ -81,6 +83,9 @@ def _handler(stub):
       for k in range(1, 4):
         if f"FAIL{k}" in prompt and n <= k:
           return 500, {"error": "boom"}
+      code = re.search(r"CODE(\d{3})", prompt)
+      if code and n == 1:
+        return int(code.group(1)), {"error": "scripted"}
       if "DENY" in prompt:
         return 401, {"error": "bad key"}
       if "REJECT" in prompt:
@@ -175,6 +180,18 @@ def test_client_errors_are_not_retried(server):
     OpenAITeacher(server.base_url + "/nope", "m", sleep=_Sleeps()).complete("x")
 
 
+def test_transient_5xx_are_retried_but_not_501_or_505(server):
+  teacher = _teacher(server.base_url, max_retries=1)
+  for code in (500, 502, 520, 524, 529):  # 52x, 529: proxies, overload
+    assert "Look first." in teacher.complete(f"CODE{code}")
+  assert teacher.requests == 10 and teacher._sleep == [1.0] * 5
+  for code in (501, 505):  # the server would answer the same again
+    with pytest.raises(TeacherUnavailableError, match=f"HTTP {code}") as info:
+      teacher.complete(f"CODE{code}")
+    assert (info.value.attempts, info.value.status) == (1, code)
+  assert teacher.requests == 12
+
+
 def test_malformed_body_is_retried_then_fails(server):
   teacher = _teacher(server.base_url, max_retries=2, backoff=1.0)
   with pytest.raises(TeacherUnavailableError, match="malformed response"):
@@ -226,6 +243,28 @@ def test_missing_config_is_a_clear_error(monkeypatch):
     OpenAITeacher("http://127.0.0.1:1/v1")
   with pytest.raises(ValueError):
     OpenAITeacher("http://127.0.0.1:1/v1", "m", max_concurrency=0)
+
+
+@pytest.mark.parametrize("url", [
+    "127.0.0.1:8000/v1", "ftp://127.0.0.1/v1", "http:///v1",
+    "http://127.0.0.1:99999/v1", "http://127.0.0.1:abc/v1",
+    "http://127.0.0.1:0/v1"])
+def test_bad_base_url_is_a_clear_error(url):
+  with pytest.raises(ValueError, match=re.escape(f"base URL {url!r}")):
+    OpenAITeacher(url, "m")
+
+
+def test_api_key_a_header_cannot_carry_is_a_clear_error(monkeypatch):
+  for key in ("sk-\u20ac", "sk-test\n"):
+    with pytest.raises(ValueError, match="cannot carry") as info:
+      OpenAITeacher("http://127.0.0.1:1/v1", "m", key)
+    assert key not in str(info.value)  # the key is not shown
+  monkeypatch.setenv(teacher_lib.ENV_API_KEY, "sk-\u2026")
+  with pytest.raises(ValueError, match=teacher_lib.ENV_API_KEY):
+    OpenAITeacher("http://127.0.0.1:1/v1", "m")
+  # Accepted: IPv6, https, an empty port, a latin-1 key.
+  OpenAITeacher("https://[::1]:8443/v1", "m", "sk-\xe9")
+  OpenAITeacher("http://example.com:/v1", "m", "")
 
 
 def test_annotate_parses_and_counts_failures(server):

@@ -83,3 +83,28 @@ def test_state_is_donated_and_sft_learns():
     losses.append(float(m["loss"]))
   assert old_leaf.is_deleted()
   assert losses[-1] < 0.5 * losses[0], losses
+
+
+def _learning_rates(tx, n):
+  """The learning rate of each of n updates: with a constant gradient of 1
+  (no clip, no decay) AdamW moves a parameter by the learning rate."""
+  params = {"w": np.zeros(())}
+  state = tx.init(params)
+  out = []
+  for _ in range(n):
+    updates, state = tx.update({"w": np.ones(())}, state, params)
+    out.append(-float(updates["w"]))
+  return np.asarray(out)
+
+
+def test_cosine_schedule_starts_at_the_peak_without_warmup():
+  make = functools.partial(ts.make_optimizer, 1e-3, weight_decay=0.0,
+                           grad_clip=0, total_steps=8, schedule="cosine")
+  cosine = 0.5 * (1 + np.cos(np.pi * np.arange(8) / 8))
+  np.testing.assert_allclose(_learning_rates(make(warmup_steps=0), 8),
+                             1e-3 * cosine, rtol=1e-4)
+  # With warm-up: from 0 up to the peak, then cosine over the rest.
+  warm = np.concatenate([[0.0, 0.5], 0.5 * (1 + np.cos(np.pi * np.arange(6)
+                                                       / 6))])
+  np.testing.assert_allclose(_learning_rates(make(warmup_steps=2), 8),
+                             1e-3 * warm, rtol=1e-4, atol=1e-12)
