@@ -69,6 +69,13 @@ def annotate(episode: Episode) -> dict[str, str] | None:
   return {"episode_summary": summary, "episode_skill": _clip(skill)}
 
 
+def check_env(env_name: str, who: str) -> None:
+  """Raises ValueError, naming `who`, when `env_name` has no rules."""
+  if env_name not in _RULES:
+    raise ValueError(f"{who} needs a game with annotation rules "
+                     f"{list(_RULES)}, got {env_name!r}")
+
+
 def annotate_strict(episode: Episode) -> dict[str, str]:
   """`annotate` for scripted episodes, which must have ground truth.
 

@@ -367,8 +367,8 @@ class Checkpointer:
     Every step's files are first checked against its manifest (one extra
     read of the checkpoint). A step that fails that check, or has no
     checksums (no manifest, or a size-only one) and fails to restore, is
-    skipped with a `CorruptCheckpointWarning`; once an earlier step restores, skipped steps
-    are moved to `workdir/corrupt_checkpoints/`.
+    skipped with a `CorruptCheckpointWarning`; once an earlier step
+    restores, skipped steps are moved to `workdir/corrupt_checkpoints/`.
 
     Returns:
       The restored step, or None when the workdir holds no checkpoint.

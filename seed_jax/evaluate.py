@@ -420,7 +420,7 @@ def main(argv=None) -> dict[str, Any]:
         history_length=args.history_length, seed=args.seed)
   except (checkpoints.CorruptCheckpointError,
           checkpoints.ModelMismatchError) as e:
-    raise SystemExit(f"error: {e}") from e
+    raise SystemExit(f"error: {e}") from None
   table = rows(report["metrics"])
   base = report_path(workdir, step, num_tasks=args.num_tasks, seed=args.seed,
                      temperature=args.temperature, max_steps=args.max_steps,

@@ -77,7 +77,7 @@ METHODS: dict[str, tuple[str, ...]] = {
     # seed_no_stage1, which tells SEED's term from skipping Stage 1.
     "grpo_no_stage1": ("VARIANT='grpo'", "policies.prepare.stage1=None"),
     # An oracle, not run by default: SEED whose skills the rule-based
-    # annotator writes from what really happened (built-in games only), which
+    # annotator writes from what really happened (`annotators.ENVS`), which
     # tells the policy's use of a skill from the quality of its own skills.
     "seed_oracle": ("VARIANT='seed'", "trainer.RLConfig.analyzer='rules'"),
 }
@@ -316,8 +316,9 @@ def _read_status(path: str) -> dict[str, Any]:
 
 
 def _alive(pid: Any) -> bool:
-  """Whether process `pid` of this machine runs seed_jax (best effort: a
-  recycled pid of another program is told apart where /proc exists)."""
+  """Whether process `pid` of this machine runs a seed_jax module (`python
+  -m seed_jax.…`; best effort: a recycled pid of another program is told
+  apart where /proc exists)."""
   try:
     pid = int(pid)
     os.kill(pid, 0)
@@ -327,9 +328,10 @@ def _alive(pid: Any) -> bool:
     return True
   try:
     with open(f"/proc/{pid}/cmdline", "rb") as f:
-      return b"seed_jax" in f.read()
+      args = f.read().split(b"\0")
   except OSError:
     return True
+  return any(a.startswith(b"seed_jax.") for a in args)
 
 
 def _runner_alive(status: Mapping[str, Any]) -> bool | None:

@@ -119,10 +119,8 @@ def _demo_policy(seed: int, demo_kwargs: dict[str, Any],
 
 def _check_stage1_env(cfg: Stage1Config, env_name: str) -> None:
   """Raises ValueError when the rule annotator has no rules for `env_name`."""
-  if cfg.annotator == "rule" and env_name not in annotators.ENVS:
-    raise ValueError(f"Stage 1 with annotator='rule' needs a game with "
-                     f"annotation rules {list(annotators.ENVS)}, got "
-                     f"{env_name!r}")
+  if cfg.annotator == "rule":
+    annotators.check_env(env_name, "Stage 1 with annotator='rule'")
 
 
 def run_stage1(policy: Policy, cfg: Stage1Config, workdir: epath.Path, *,

@@ -272,13 +272,14 @@ def split_records(records: Sequence[Record], *, validation_fraction: float,
   """Deterministic train/validation split by task.
 
   The target is round(n * fraction) records (at least one, never all).
-  Whole tasks (one task text each, in an order drawn from `seed`) join
-  validation, until it reaches the target, when they leave it no farther
-  from the target than it was and train keeps a record; so a task is never
-  in both splits and validation scores analyses of unseen tasks. It may end
-  off the target by less than one task either way, or empty when every task
-  is too large (16 records of two tasks at fraction 0.1: target 2, no
-  validation, where adding a task would give 8). With a single task,
+  Tasks (one task text each, in an order drawn from `seed`) are taken
+  whole until validation reaches the target; a task joins only if that
+  leaves validation no farther from the target than before and train keeps
+  a record. So a task is never in both splits, and validation scores
+  analyses of unseen tasks. It may end off the target by less than one task
+  either way, or empty when every task is too large (16 records of two
+  tasks at fraction 0.1: target 2, no validation, where a task would
+  give 8). With a single task,
   records are split instead (exactly the target). Each split keeps the
   input order.
 

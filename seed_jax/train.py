@@ -15,6 +15,7 @@ import argparse
 import difflib
 import inspect
 import logging
+import numbers
 import os
 import sys
 import time
@@ -50,8 +51,10 @@ def _check_knobs(**knobs: int) -> None:
   """Counts `train` needs before any work: a KnobError naming the bad one."""
   least = dict(num_updates=0, checkpoint_every=1, max_to_keep=1, eval_every=0,
                eval_tasks=1, max_consecutive_nonfinite=1)
+  if not knobs.get("eval_every"):  # no evaluation: eval_tasks is unused
+    knobs.pop("eval_tasks", None)
   for name, value in knobs.items():
-    if isinstance(value, bool) or not isinstance(value, int):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
       raise KnobError(f"train.{name}={value!r} must be an integer")
     if value < least[name]:
       raise KnobError(f"train.{name}={value} must be at least {least[name]}")
@@ -115,6 +118,10 @@ def train(workdir: str, *,
 
   Returns:
     The final evaluation metrics.
+
+  Raises:
+    KnobError: a count above out of its range (before any work).
+    NonFiniteError: `max_consecutive_nonfinite` skipped updates in a row.
   """
   _check_knobs(num_updates=num_updates, checkpoint_every=checkpoint_every,
                max_to_keep=max_to_keep, eval_every=eval_every,
@@ -341,15 +348,16 @@ def parse_gin(files: Sequence[str] | None, bindings: Sequence[str], *,
 
 def _unparsable(e: Exception) -> str:
   """A plain message for gin's SyntaxError or TokenError."""
-  if isinstance(e, tokenize.TokenError):
-    return ("gin cannot parse the bindings: a bracket or quote is not "
-            f"closed ({e.args[0]})")
+  if isinstance(e, tokenize.TokenError):  # gin does not say where
+    return ("gin cannot parse the gin files or bindings: a bracket or quote "
+            f"is not closed ({e.args[0]})")
   text = (getattr(e, "text", None) or "").strip()
-  where = f" in {e.filename}" if getattr(e, "filename", None) else ""
   why = str(e).strip().splitlines()[-1].strip() if str(e).strip() else ""
-  return (f"gin cannot parse {text!r}{where}: {why}; values are Python "
-          "literals or gin references, so a string needs its own quotes, "
-          "e.g. --gin.VARIANT=\"'grpo'\"")
+  if getattr(e, "filename", None):
+    return f"gin cannot parse {text!r} in {e.filename}: {why}"
+  return (f"gin cannot parse {text!r}: {why}; values are Python literals or "
+          "gin references, so a string needs its own quotes, e.g. "
+          "--gin.VARIANT=\"'grpo'\"")
 
 
 def _check_macros(bindings: Sequence[str]) -> None:
@@ -392,9 +400,11 @@ def planned_updates(argv) -> int:
   gin.clear_config()
   try:
     parse_gin(args.gin_file, args.gin)
-    return int(gin.get_bindings(train).get(
+    num_updates = gin.get_bindings(train).get(
         "num_updates",
-        inspect.signature(train).parameters["num_updates"].default))
+        inspect.signature(train).parameters["num_updates"].default)
+    _check_knobs(num_updates=num_updates)  # as train itself would
+    return int(num_updates)
   finally:
     gin.clear_config()
 

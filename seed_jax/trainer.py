@@ -49,7 +49,7 @@ class RLConfig:
   variant: "grpo" (no analysis, no distillation), "seed" (gated OPD loss) or
     "opid" (skill log-prob shift added to the advantage, no OPD loss).
   analyzer: "self" (the policy analyzes, greedily), "external" (a teacher)
-    or "rules" (`annotators.RuleTeacher`, built-in games only: an oracle
+    or "rules" (`annotators.RuleTeacher`, games in `annotators.ENVS`: an oracle
     ablation, since the rules read what the agent never saw).
   analysis_mode: "episode_only", or "episode_step": the analysis also names
     at most `max_critical_steps` critical steps, and a sample at such a step
@@ -250,9 +250,7 @@ class RLTrainer:
       if teacher is not None:
         raise ValueError("analyzer='rules' writes its own analyses: pass no "
                          "teacher (or use analyzer='external')")
-      if env_name not in annotators.ENVS:
-        raise ValueError(f"analyzer='rules' needs a game with annotation "
-                         f"rules {list(annotators.ENVS)}, got {env_name!r}")
+      annotators.check_env(env_name, "analyzer='rules'")
       teacher = annotators.RuleTeacher(rl.analysis_mode,
                                        rl.max_critical_steps)
     self.teacher = teacher

@@ -71,7 +71,7 @@ def test_unknown_binding_is_named(tmp_path):
 
 @pytest.mark.parametrize("binding,message", [
     ("--gin.VARIANT=grpo", "gin cannot parse 'VARIANT=grpo'.*own quotes"),
-    ("--gin.SEED=(", "gin cannot parse the bindings: a bracket or quote"),
+    ("--gin.SEED=(", "gin cannot parse the gin files or bindings: a bracket"),
     ("--gin.train.train.max_to_keep=0",
      r"train\.max_to_keep=0 must be at least 1"),
     ("--gin.train.train.checkpoint_every=0",
@@ -85,6 +85,21 @@ def test_bad_values_are_plain_errors_before_any_work(tmp_path, binding,
   with pytest.raises(SystemExit, match="error: " + message):
     _run(str(workdir), binding)
   assert not workdir.exists()  # refused before the workdir was made
+
+
+def test_a_gin_file_gin_cannot_parse_is_named(tmp_path):
+  bad = tmp_path / "bad.gin"
+  bad.write_text(f"include '{os.path.join(ROOT, TINY)}'\nSEED = two\n")
+  gin.clear_config()
+  with pytest.raises(ValueError, match=r"gin cannot parse 'SEED = two' in "
+                     rf"{bad}: .*'two'") as e:
+    train.parse_gin([str(bad)], [])
+  assert "--gin." not in str(e.value)  # the quoting hint is for bindings
+  gin.clear_config()
+  # The planners refuse what train would, rather than truncate it.
+  with pytest.raises(ValueError, match=r"num_updates=2.5 must be an integer"):
+    train.planned_updates(["--gin_file", os.path.join(ROOT, TINY),
+                           "--gin.WORKDIR='x'", "--gin.NUM_UPDATES=2.5"])
 
 
 def test_non_finite_updates_stop_the_run_and_keep_the_last_checkpoint(
