@@ -60,9 +60,7 @@ def annotate(episode: Episode) -> dict[str, str] | None:
   Raises:
     ValueError: an environment without rules.
   """
-  if episode.env_name not in _RULES:
-    raise ValueError(f"no annotation rules for {episode.env_name!r}; known: "
-                     f"{sorted(_RULES)}")
+  check_env(episode.env_name, "annotate")
   if episode.error or not episode.ground_truth:
     return None  # the environment raised, or its ground_truth() did
   summary, skill = _RULES[episode.env_name](episode, episode.ground_truth)

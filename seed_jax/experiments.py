@@ -344,7 +344,8 @@ def _check_nobody_running(status: Mapping[str, Any], out: str) -> None:
   """Raises BusyError while a runner or one of its runs works on `out`."""
   if not status or status.get("host") != socket.gethostname():
     return  # nothing recorded, or another machine's (unknown here)
-  if status.get("pid") != os.getpid() and _runner_alive(status):
+  if (status.get("pid") != os.getpid() and not status.get("finished")
+      and _alive(status.get("pid"))):
     raise BusyError(
         f"another runner (pid {status['pid']}, started {status.get('started')}"
         f") is working on {out}; wait for it, or stop it with "

@@ -211,6 +211,7 @@ def rollout(generate: GenerateFn, pool: envs_base.EnvPool, rng: jax.Array, *,
         seed=pool.seeds[i],
         uid=uid_offset + pool.group_of(i), traj_uid=i,
         error=pool.errors[i]))
+  no_ops = [getattr(env, "no_op", None) for env in pool.members]
   histories: list[list[tuple[str, str]]] = [[] for _ in range(n)]
   samples: list[Sample] = []
   env_steps = 0
@@ -232,7 +233,7 @@ def rollout(generate: GenerateFn, pool: envs_base.EnvPool, rng: jax.Array, *,
     for i, prompt, gen in zip(active, prompts, gens):
       action, ok = prompts_lib.project(
           env_name, gen.text, infos[i]["admissible_actions"],
-          no_op=getattr(pool.members[i], "no_op", None))
+          no_op=no_ops[i])
       actions[i] = action
       valid[i] = ok
     new_obs, rewards, dones, new_infos = pool.step(actions)

@@ -271,17 +271,15 @@ def split_records(records: Sequence[Record], *, validation_fraction: float,
                   seed: int) -> tuple[list[Record], list[Record]]:
   """Deterministic train/validation split by task.
 
-  The target is round(n * fraction) records (at least one, never all).
-  Tasks (one task text each, in an order drawn from `seed`) are taken
-  whole until validation reaches the target; a task joins only if that
-  leaves validation no farther from the target than before and train keeps
-  a record. So a task is never in both splits, and validation scores
-  analyses of unseen tasks. It may end off the target by less than one task
-  either way, or empty when every task is too large (16 records of two
-  tasks at fraction 0.1: target 2, no validation, where a task would
-  give 8). With a single task,
-  records are split instead (exactly the target). Each split keeps the
-  input order.
+  The target is round(n * fraction) records (at least one, never all). Tasks
+  (one task text each, in an order drawn from `seed`) are taken whole until
+  validation reaches the target; a task joins only if that leaves validation
+  no farther from the target than before and train keeps a record. So a task
+  is never in both splits, and validation scores analyses of unseen tasks. It
+  may end off the target by less than one task either way, or empty when every
+  task is too large (16 records of two tasks at fraction 0.1: target 2, no
+  validation, where a task would give 8). With a single task, records are
+  split instead (exactly the target). Each split keeps the input order.
 
   Returns:
     (train, validation).

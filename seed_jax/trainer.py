@@ -514,7 +514,7 @@ class RLTrainer:
     if rl.step_advantage_weight:
       adv, step_metrics = _add_step_advantage(adv, samples, rl)
     arrays = rollout_lib.pad_samples(samples, pad_id=self.pad_id,
-                                     prompt_buckets=rl.prompt_buckets,
+                                     prompt_buckets=self.policy.buckets,
                                      response_len=rl.max_new_tokens)
     # A skill that pushes its prompt past the largest bucket the model's
     # context holds (with a full response) leaves that row without
