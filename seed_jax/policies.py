@@ -62,6 +62,16 @@ class Stage1Config:
   analysis_mode: str = "episode_only"
   max_critical_steps: int = 3
   buckets: tuple[int, ...] = sampler_lib.DEFAULT_BUCKETS
+  # Task groups rolled out and annotated at once (None: all). Each finished
+  # batch is kept in `workdir/stage1_records`, and a rerun goes on from the
+  # first batch not kept: with a teacher, a smaller batch loses less when it
+  # goes down.
+  tasks_per_batch: int | None = None
+
+  def __post_init__(self):
+    if self.tasks_per_batch is not None and self.tasks_per_batch < 1:
+      raise ValueError("Stage1Config.tasks_per_batch must be >= 1 or None "
+                       f"(all at once), got {self.tasks_per_batch}")
 
 
 def _load_folder(folder: epath.Path) -> Policy:
@@ -128,7 +138,13 @@ def run_stage1(policy: Policy, cfg: Stage1Config, workdir: epath.Path, *,
                teacher=None) -> Policy:
   """Stage 1 on the policy's own rollouts; returns the fine-tuned policy.
 
+  The annotated batches are kept in `workdir/stage1_records` as they finish
+  (`stage1.collect_records`' journal): a rerun after a teacher outage or a
+  crash reads them back and rolls out and annotates only the rest.
+
   Raises:
+    stage1.CollectionInterrupted: the teacher went down; the batches
+      annotated before are kept.
     ValueError: before any rollout, for annotator="rule" on a game without
       rules (see `annotators.ENVS`), or a teacher missing or bound unlike
       `cfg`.
@@ -168,7 +184,9 @@ def run_stage1(policy: Policy, cfg: Stage1Config, workdir: epath.Path, *,
       rng=jax.random.key(seed + 1), history_length=cfg.history_length,
       mode=cfg.analysis_mode, max_critical_steps=cfg.max_critical_steps,
       max_prompt_chars=cfg.max_prompt_chars, encode=rl_policy.encode,
-      max_prompt_tokens=max_tokens)
+      max_prompt_tokens=max_tokens, tasks_per_batch=cfg.tasks_per_batch,
+      journal=workdir / "stage1_records",
+      journal_meta=dict(annotator=cfg.annotator))
   data_dir = workdir / "stage1_data"
   stage1_lib.write_dataset(records, data_dir, seed=seed, overwrite=True)
   train = stage1_lib.read_dataset(data_dir, "train")

@@ -33,6 +33,8 @@ DATASET_NAME = "seed_stage1"
 FIELDS = ("prompt", "response", "task", "family", "success")
 Record = dict[str, Any]  # FIELDS: four str and success (bool)
 Reply = Mapping[str, Any] | str | skills.Analysis | None
+_COUNTS = ("tasks", "episodes", "successes", "env_steps", "env_errors",
+           "steps_cut", "prompt_too_long")
 
 # -- records ------------------------------------------------------------------
 
@@ -43,23 +45,90 @@ class CollectionInterrupted(teacher_lib.TeacherUnavailableError):
   Attributes (besides TeacherUnavailableError's): `records` of the task
   groups fully annotated, for `write_dataset`; `tasks_done`, how many groups
   that is (resume with `task_offset=task_offset + tasks_done`, which redoes
-  the interrupted batch); `partial_records`, that batch's answered episodes
-  (the resume writes them again: keep them only when not resuming); `stats`
-  so far.
+  the interrupted batch, or rerun with the same `journal`); `partial_records`,
+  that batch's answered episodes (the resume writes them again: keep them
+  only when not resuming); `stats` so far; `journal`, the folder holding the
+  fully annotated batches, or None.
   """
 
   def __init__(self, cause: teacher_lib.TeacherUnavailableError,
                records: list[Record], stats: dict[str, Any], tasks_done: int,
-               partial_records: list[Record]):
+               partial_records: list[Record],
+               journal: epath.PathLike | None = None):
     super().__init__(cause.url, cause.attempts, cause.reason, cause.status,
                      cause.partial, cause.completed)
     self.records, self.stats, self.tasks_done = records, stats, tasks_done
-    self.partial_records = partial_records
-    self.args = (f"{cause}; kept {len(records)} record(s) of {tasks_done} "
-                 f"fully annotated task group(s) ({len(partial_records)} "
-                 "more of the interrupted batch in `.partial_records`): write "
-                 "`.records` with write_dataset and resume from "
-                 "`.tasks_done`",)
+    self.partial_records, self.journal = partial_records, journal
+    kept = (f"{cause}; kept {len(records)} record(s) of {tasks_done} fully "
+            f"annotated task group(s)")
+    if journal is not None:
+      self.args = (f"{kept} in {os.fspath(journal)}: run again with the same "
+                   "settings to go on from there",)
+    else:
+      self.args = (f"{kept} ({len(partial_records)} more of the interrupted "
+                   "batch in `.partial_records`): write `.records` with "
+                   "write_dataset and resume from `.tasks_done`",)
+
+
+class _Journal:
+  """The fully annotated batches of one collection, kept on disk.
+
+  `meta.json` holds the settings that decide which episodes and prompts a
+  batch has; `batch-<first task index>.json` holds one batch's records and
+  counts. Each file is written whole (a temporary file, then a rename), by
+  the writing process only. A collection with other settings is refused;
+  the starting weights are not part of the settings.
+  """
+
+  def __init__(self, folder: epath.PathLike, meta: Mapping[str, Any],
+               writer: bool):
+    self.folder, self.writer = epath.Path(folder), writer
+    meta = json.loads(json.dumps(dict(meta)))  # tuples as lists, like disk
+    path = self.folder / "meta.json"
+    if path.exists():
+      old = self._read(path)
+      diff = [f"{k}: {old.get(k)!r} there, {meta.get(k)!r} now"
+              for k in sorted(set(old) | set(meta)) if old.get(k) != meta.get(k)]
+      if diff:
+        raise ValueError(
+            f"{os.fspath(self.folder)} holds Stage-1 records collected with "
+            f"other settings ({'; '.join(diff)}); use the same settings, or "
+            "move that folder away to collect afresh")
+    elif writer:
+      self.folder.mkdir(parents=True, exist_ok=True)
+      self._write(path, meta)
+    # The batches kept when the collection starts: what every process of a
+    # multi-host run reads back alike, whatever process 0 writes meanwhile.
+    self._kept = ({p.name for p in self.folder.glob("batch-*.json")}
+                  if self.folder.exists() else set())
+
+  @staticmethod
+  def _read(path: epath.Path) -> dict[str, Any]:
+    try:
+      return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+      raise ValueError(f"unreadable Stage-1 journal file {os.fspath(path)} "
+                       f"({e}); move it away to collect that batch "
+                       "again") from None
+
+  @staticmethod
+  def _write(path: epath.Path, value: Any) -> None:
+    tmp = path.parent / f"{path.name}.tmp{os.getpid()}"
+    tmp.write_text(json.dumps(value, ensure_ascii=False))
+    tmp.replace(path)
+
+  def _path(self, start: int) -> epath.Path:
+    return self.folder / f"batch-{start:06d}.json"
+
+  def load(self, start: int) -> dict[str, Any] | None:
+    """The batch starting at task index `start`, or None if not kept."""
+    path = self._path(start)
+    return self._read(path) if path.name in self._kept else None
+
+  def save(self, start: int, records: list[Record],
+           counts: Mapping[str, int]) -> None:
+    if self.writer:
+      self._write(self._path(start), dict(records=records, counts=dict(counts)))
 
 
 def _annotate(annotator, episodes: Sequence[Episode],
@@ -102,6 +171,8 @@ def collect_records(
     max_prompt_tokens: int | None = None,
     tasks_per_batch: int | None = None, task_offset: int = 0,
     pool_factory: Callable[..., envs_base.EnvPool] = envs_base.EnvPool,
+    journal: epath.PathLike | None = None,
+    journal_meta: Mapping[str, Any] | None = None,
 ) -> tuple[list[Record], dict[str, Any]]:
   """Rolls out on training tasks and keeps the parseable annotated episodes.
 
@@ -139,6 +210,12 @@ def collect_records(
     pool_factory: builds the EnvPool of a batch, called as
       `pool_factory(env_name, num_groups=, group_size=, split="train",
       max_steps=)`.
+    journal: a folder where each fully annotated batch is kept as it
+      completes; a rerun with the same settings reads those batches back
+      instead of rolling out and annotating them again, and goes on from the
+      first batch not kept, with the same rollout keys as an uninterrupted
+      run. None: nothing is kept.
+    journal_meta: more settings a rerun must share (e.g. the annotator).
 
   Returns:
     (records, stats): records (dicts with FIELDS) in episode order; stats:
@@ -148,8 +225,10 @@ def collect_records(
 
   Raises:
     CollectionInterrupted: when the teacher is unavailable after its
-      retries; `.records` holds what was kept so far, for the caller to write.
-    ValueError: on an unknown mode or non-positive sizes.
+      retries; `.records` holds what was kept so far, for the caller to write
+      (and `journal`, if given, holds its batches).
+    ValueError: on an unknown mode or non-positive sizes, or a `journal`
+      kept with other settings.
   """
   if mode not in skills.MODES:
     raise ValueError(f"unknown analysis mode {mode!r}; expected {skills.MODES}")
@@ -158,11 +237,24 @@ def collect_records(
   k = max_critical_steps if mode == "episode_step" else 0
   per_batch = tasks_per_batch or num_tasks
   seeds = envs_base.split_seeds("train", num_tasks, start=task_offset)
+  kept = None
+  if journal is not None:
+    key_data = (jax.random.key_data(rng)
+                if jax.dtypes.issubdtype(rng.dtype, jax.dtypes.prng_key)
+                else rng)
+    kept = _Journal(journal, dict(
+        journal_meta or {}, env_name=env_name, num_tasks=num_tasks,
+        group_size=group_size, max_steps=max_steps,
+        history_length=history_length, mode=mode,
+        max_critical_steps=max_critical_steps,
+        max_prompt_chars=max_prompt_chars,
+        max_prompt_tokens=max_prompt_tokens if encode is not None else None,
+        tasks_per_batch=per_batch, task_offset=task_offset,
+        rng=np.asarray(key_data).tolist()),
+                    writer=jax.process_index() == 0)
   records: list[Record] = []
-  parse = skills.ParseStats()
-  counts = collections.Counter(dict.fromkeys(
-      ("tasks", "episodes", "successes", "env_steps", "env_errors",
-       "steps_cut", "prompt_too_long"), 0))
+  totals = collections.Counter(dict.fromkeys(_COUNTS + ("parsed", "failed"),
+                                             0))
 
   def prompt(ep) -> skills.AnalysisPrompt | None:
     if encode is None or max_prompt_tokens is None:
@@ -173,23 +265,18 @@ def collect_records(
         ep, encode=encode, max_tokens=max_prompt_tokens, mode=mode,
         max_critical_steps=max_critical_steps, max_chars=max_prompt_chars)
 
-  def stats() -> dict[str, Any]:
-    return dict(counts, records=len(records), **parse.as_dict())
-
-  for start in range(0, num_tasks, per_batch):
-    chunk = seeds[start:start + per_batch]
-    complete = len(records)  # records of fully annotated batches
-    rng, sub = jax.random.split(rng)
+  def batch(chunk, start, rng):
+    """One batch's (records, counts, teacher error or None)."""
     pool = pool_factory(env_name, num_groups=len(chunk), group_size=group_size,
                         split="train", max_steps=max_steps)
     result = rollout_lib.rollout(
-        generate, pool, sub, env_name=env_name, max_steps=max_steps,
+        generate, pool, rng, env_name=env_name, max_steps=max_steps,
         history_length=history_length, group_seeds=chunk,
         uid_offset=task_offset + start)
     eps = result.episodes
-    counts.update(tasks=len(chunk), episodes=len(eps),
-                  env_steps=result.env_steps,
-                  successes=sum(bool(e.success) for e in eps))
+    counts = collections.Counter(
+        tasks=len(chunk), episodes=len(eps), env_steps=result.env_steps,
+        successes=sum(bool(e.success) for e in eps))
     broken = [e for e in eps if e.error is not None]
     if broken:  # nothing sound to analyze (nor the task, after a reset)
       counts["env_errors"] += len(broken)
@@ -207,6 +294,7 @@ def collect_records(
       error = e
       replies = list(e.partial or [None] * len(eps))
       answered = list(e.completed or [r is not None for r in replies])
+    out, parse = [], skills.ParseStats()
     for ep, built, reply, ok in zip(eps, prompts, replies, answered):
       if not ok:  # never answered: neither kept nor counted as unparsed
         continue
@@ -215,17 +303,44 @@ def collect_records(
       if not isinstance(analysis, skills.Analysis):
         continue
       counts["steps_cut"] += built.steps_cut
-      records.append(dict(prompt=built.text, response=analysis.to_json(),
-                          task=ep.task, family=ep.family,
-                          success=bool(ep.success)))
+      out.append(dict(prompt=built.text, response=analysis.to_json(),
+                      task=ep.task, family=ep.family, success=bool(ep.success)))
+    counts.update({n: v for n, v in parse.as_dict().items()
+                   if n != "parse_rate"})
+    return out, counts, error
+
+  def stats() -> dict[str, Any]:
+    parsed, failed = totals["parsed"], totals["failed"]
+    return dict({n: totals[n] for n in _COUNTS}, records=len(records),
+                parsed=parsed, failed=failed,
+                parse_rate=parsed / (parsed + failed) if parsed + failed else 0.,
+                **{n: totals[n] for n in sorted(totals)
+                   if n.startswith("failed/")})
+
+  read_back = 0
+  for start in range(0, num_tasks, per_batch):
+    chunk = seeds[start:start + per_batch]
+    rng, sub = jax.random.split(rng)  # kept batches too: same keys after
+    saved = kept.load(start) if kept is not None else None
+    if saved is not None:
+      records.extend(saved["records"])
+      totals.update(saved["counts"])
+      read_back += len(chunk)
+      continue
+    out, counts, error = batch(chunk, start, sub)
+    totals.update(counts)
     if error is not None:
-      partial = records[complete:]
       raise CollectionInterrupted(
-          error, records[:complete],
-          dict(stats(), records=complete, partial_records=len(partial)),
-          start, partial) from error
+          error, list(records), dict(stats(), partial_records=len(out)),
+          start, out, journal=journal) from error
+    if kept is not None:
+      kept.save(start, out, counts)
+    records.extend(out)
     logging.info("stage1: %d/%d task groups collected, %d records",
                  start + len(chunk), num_tasks, len(records))
+  if read_back:
+    logging.info("stage1: %d of the %d task groups read back from %s",
+                 read_back, num_tasks, os.fspath(journal))
   return records, stats()
 
 

@@ -33,6 +33,7 @@ from seed_jax import faults
 from seed_jax import metrics as metrics_lib
 from seed_jax import partitioning
 from seed_jax import policies
+from seed_jax import teacher as teacher_lib
 from seed_jax import train_step as ts
 from seed_jax import trainer as trainer_lib
 
@@ -431,6 +432,12 @@ def main(argv=None) -> None:
     gin.get_configurable(train)(gin.query_parameter("%WORKDIR"))
   except KnobError as e:  # gin appends "In call to configurable ..."
     raise SystemExit(f"error: {str(e).splitlines()[0]}") from None
+  except teacher_lib.TeacherUnavailableError as e:
+    # Stage 1 keeps its annotated batches (the message says where) and RL
+    # its checkpoints: a rerun goes on from there.
+    hint = ("" if getattr(e, "journal", None) else
+            "; start the run again to go on from its last checkpoint")
+    raise SystemExit(f"error: {str(e).splitlines()[0]}{hint}") from None
 
 
 if __name__ == "__main__":

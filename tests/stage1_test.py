@@ -6,6 +6,7 @@ import json
 import logging
 import socket
 
+import gin
 import grain
 import jax
 import pytest
@@ -299,3 +300,138 @@ def test_skill_f1():
       pytest.approx(6 / 7))
   assert stage1.skill_f1("a b", "c") == 0.0
   assert stage1.skill_f1("", "") == 1.0
+
+
+def _goes_down_after(batches):
+  """An annotator (`annotate_many`) answering with the rule annotator for
+  `batches` calls and down afterwards; `.calls` holds each call's size."""
+
+  class Annotator:
+    mode, max_critical_steps, calls = "episode_only", 3, []
+
+    def annotate_many(self, episodes, prompts):
+      del prompts
+      self.calls.append(len(episodes))
+      if len(self.calls) > batches:
+        raise TeacherUnavailableError("http://teacher/v1/chat/completions",
+                                      3, "connection refused")
+      return [annotators.annotate(ep) for ep in episodes]
+
+  return Annotator()
+
+
+def test_a_journal_goes_on_after_the_teacher_comes_back(tmp_path):
+  pool_factory, generate = testing.scripted_rollouts()
+  kw = dict(num_tasks=6, group_size=2, max_steps=6, rng=jax.random.key(3),
+            tasks_per_batch=2, pool_factory=pool_factory)
+  whole, whole_stats = stage1.collect_records(
+      generate, "household", annotator=_goes_down_after(3), **kw)
+  journal = tmp_path / "records"
+  down = _goes_down_after(1)
+  with pytest.raises(stage1.CollectionInterrupted) as info:
+    stage1.collect_records(generate, "household", annotator=down,
+                           journal=journal, **kw)
+  assert down.calls == [4, 4]  # the second batch was never answered
+  assert info.value.tasks_done == 2 and len(info.value.records) == 4
+  assert str(info.value).endswith(
+      f"kept 4 record(s) of 2 fully annotated task group(s) in {journal}: "
+      "run again with the same settings to go on from there")
+  assert sorted(p.name for p in journal.iterdir()) == [
+      "batch-000000.json", "meta.json"]
+  back = _goes_down_after(9)
+  records, stats = stage1.collect_records(
+      generate, "household", annotator=back, journal=journal, **kw)
+  assert back.calls == [4, 4]  # the first batch was read back
+  assert records == whole and stats == whole_stats
+  # Everything kept: a rerun annotates nothing.
+  again = _goes_down_after(0)
+  assert stage1.collect_records(generate, "household", annotator=again,
+                                journal=journal, **kw) == (whole, whole_stats)
+  assert again.calls == []
+  # Other settings would mix two collections: refused, naming the change.
+  with pytest.raises(ValueError, match="other settings .*group_size: 2 "
+                     "there, 3 now"):
+    stage1.collect_records(generate, "household", annotator=again,
+                           journal=journal, **dict(kw, group_size=3))
+  with pytest.raises(ValueError, match="other settings .*rng: "):
+    stage1.collect_records(generate, "household", annotator=again,
+                           journal=journal, **dict(kw, rng=jax.random.key(4)))
+  (journal / "batch-000002.json").write_text('{"records": [')
+  with pytest.raises(ValueError, match="unreadable Stage-1 journal file "
+                     ".*batch-000002.json"):
+    stage1.collect_records(generate, "household", annotator=again,
+                           journal=journal, **kw)
+
+
+def test_stage1_goes_on_from_the_batches_annotated_before_an_outage(
+    tmp_path):
+  start = testing.tiny_policy()
+  cfg = policies.Stage1Config(
+      annotator="teacher", num_tasks=2, group_size=2, max_steps=2,
+      history_length=1, tasks_per_batch=1, epochs=1, batch_size=2,
+      buckets=(256, 512, 1024, 1536))
+  down = _goes_down_after(1)
+  with pytest.raises(stage1.CollectionInterrupted):
+    policies.run_stage1(start, cfg, tmp_path, env_name="household",
+                        max_new_tokens=8, teacher=down)
+  assert down.calls == [2, 2]
+  back = _goes_down_after(9)
+  policy = policies.run_stage1(start, cfg, tmp_path, env_name="household",
+                               max_new_tokens=8, teacher=back)
+  assert back.calls == [2]  # only the task group not annotated before
+  written = (len(stage1.read_dataset(tmp_path / "stage1_data", "train")) +
+             len(stage1.read_dataset(tmp_path / "stage1_data", "validation")))
+  assert written == 4 and policy.report["stage1"]["train_loss"] > 0
+  with pytest.raises(ValueError, match="tasks_per_batch must be >= 1"):
+    policies.Stage1Config(tasks_per_batch=0)
+
+
+
+def test_a_teacher_outage_in_stage1_of_train_is_one_line(tmp_path):
+  from seed_jax import hf  # pylint: disable=g-import-not-at-top
+  from seed_jax import train  # pylint: disable=g-import-not-at-top
+  start = testing.tiny_policy()
+  model_dir = tmp_path / "model"
+  hf.save_pretrained(str(model_dir), start.config, start.params,
+                     tokenizer=start.tokenizer)
+  url = f"http://127.0.0.1:{_closed_port()}/v1"
+  config = tmp_path / "outage.gin"
+  config.write_text(f"""
+include '{train.ROOT}/configs/experiments/tiny.gin'
+from __gin__ import dynamic_registration
+from seed_jax import policies
+from seed_jax import teacher
+from seed_jax import train
+train.train.policy_fn = @policies.prepare
+policies.prepare:
+  source = 'hf'
+  model_dir = '{model_dir}'
+  max_new_tokens = 8
+  stage1 = @policies.Stage1Config()
+  teacher = @teacher.OpenAITeacher()
+policies.Stage1Config:
+  annotator = 'teacher'
+  num_tasks = 1
+  group_size = 2
+  max_steps = 2
+  history_length = 1
+  buckets = (256, 512, 1024, 1536)
+teacher.OpenAITeacher:
+  base_url = '{url}'
+  model = 'm'
+  max_retries = 0
+  timeout = 2.0
+""")
+  workdir = tmp_path / "run"
+  gin.clear_config()
+  with pytest.raises(SystemExit) as info:
+    train.main(["--gin_file", str(config), f"--gin.WORKDIR='{workdir}'"])
+  message = str(info.value)
+  assert message.startswith(f"error: teacher endpoint {url}/chat/completions "
+                            "unavailable after 1 attempt: "), message
+  assert message.endswith(
+      "; kept 0 record(s) of 0 fully annotated task group(s) in "
+      f"{workdir}/stage1_records: run again with the same settings to go on "
+      "from there"), message
+  assert "\n" not in message
+  assert (workdir / "stage1_records" / "meta.json").exists()
