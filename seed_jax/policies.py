@@ -186,7 +186,10 @@ def run_stage1(policy: Policy, cfg: Stage1Config, workdir: epath.Path, *,
       max_prompt_chars=cfg.max_prompt_chars, encode=rl_policy.encode,
       max_prompt_tokens=max_tokens, tasks_per_batch=cfg.tasks_per_batch,
       journal=workdir / "stage1_records",
-      journal_meta=dict(annotator=cfg.annotator))
+      journal_meta=dict(
+          annotator=cfg.annotator, max_new_tokens=max_new_tokens,
+          teacher_model=None if cfg.annotator == "rule" else getattr(
+              teacher, "model", None)))
   data_dir = workdir / "stage1_data"
   stage1_lib.write_dataset(records, data_dir, seed=seed, overwrite=True)
   train = stage1_lib.read_dataset(data_dir, "train")

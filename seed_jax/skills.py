@@ -10,7 +10,7 @@ import dataclasses
 import json
 import re
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from seed_jax.episodes import Episode, Step
 
@@ -444,6 +444,16 @@ class ParseStats:
         self.failed += 1
         self.reasons[result.reason] = self.reasons.get(result.reason, 0) + 1
     return result
+
+  def add(self, counts: Mapping[str, Any]) -> None:
+    """Adds counts in `as_dict`'s form (its parse_rate is ignored)."""
+    with self._lock:
+      self.parsed += int(counts.get("parsed", 0))
+      self.failed += int(counts.get("failed", 0))
+      for key, n in counts.items():
+        if key.startswith("failed/"):
+          reason = key[len("failed/"):]
+          self.reasons[reason] = self.reasons.get(reason, 0) + int(n)
 
   @property
   def rate(self) -> float:

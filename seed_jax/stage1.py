@@ -77,7 +77,7 @@ class _Journal:
   batch has; `batch-<first task index>.json` holds one batch's records and
   counts. Each file is written whole (a temporary file, then a rename), by
   the writing process only. A collection with other settings is refused;
-  the starting weights are not part of the settings.
+  the starting weights and the teacher's endpoint are not part of them.
   """
 
   def __init__(self, folder: epath.PathLike, meta: Mapping[str, Any],
@@ -85,8 +85,10 @@ class _Journal:
     self.folder, self.writer = epath.Path(folder), writer
     meta = json.loads(json.dumps(dict(meta)))  # tuples as lists, like disk
     path = self.folder / "meta.json"
+    batches = (sorted(p.name for p in self.folder.glob("batch-*.json"))
+               if self.folder.exists() else [])
     if path.exists():
-      old = self._read(path)
+      old = self._read(path, "move the folder away to collect afresh")
       diff = [f"{k}: {old.get(k)!r} there, {meta.get(k)!r} now"
               for k in sorted(set(old) | set(meta)) if old.get(k) != meta.get(k)]
       if diff:
@@ -94,22 +96,24 @@ class _Journal:
             f"{os.fspath(self.folder)} holds Stage-1 records collected with "
             f"other settings ({'; '.join(diff)}); use the same settings, or "
             "move that folder away to collect afresh")
+    elif batches:
+      raise ValueError(
+          f"{os.fspath(self.folder)} holds Stage-1 batches but no meta.json "
+          "to tell their settings; move that folder away to collect afresh")
     elif writer:
       self.folder.mkdir(parents=True, exist_ok=True)
       self._write(path, meta)
     # The batches kept when the collection starts: what every process of a
     # multi-host run reads back alike, whatever process 0 writes meanwhile.
-    self._kept = ({p.name for p in self.folder.glob("batch-*.json")}
-                  if self.folder.exists() else set())
+    self.kept = set(batches)
 
   @staticmethod
-  def _read(path: epath.Path) -> dict[str, Any]:
+  def _read(path: epath.Path, remedy: str) -> dict[str, Any]:
     try:
       return json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
       raise ValueError(f"unreadable Stage-1 journal file {os.fspath(path)} "
-                       f"({e}); move it away to collect that batch "
-                       "again") from None
+                       f"({e}); {remedy}") from None
 
   @staticmethod
   def _write(path: epath.Path, value: Any) -> None:
@@ -123,7 +127,9 @@ class _Journal:
   def load(self, start: int) -> dict[str, Any] | None:
     """The batch starting at task index `start`, or None if not kept."""
     path = self._path(start)
-    return self._read(path) if path.name in self._kept else None
+    if path.name not in self.kept:
+      return None
+    return self._read(path, "move it away to collect that batch again")
 
   def save(self, start: int, records: list[Record],
            counts: Mapping[str, int]) -> None:
@@ -232,16 +238,14 @@ def collect_records(
   """
   if mode not in skills.MODES:
     raise ValueError(f"unknown analysis mode {mode!r}; expected {skills.MODES}")
-  if num_tasks < 1 or group_size < 1 or (tasks_per_batch or 1) < 1:
+  if num_tasks < 1 or group_size < 1 or (tasks_per_batch is not None
+                                         and tasks_per_batch < 1):
     raise ValueError("num_tasks, group_size and tasks_per_batch must be >= 1")
   k = max_critical_steps if mode == "episode_step" else 0
   per_batch = tasks_per_batch or num_tasks
   seeds = envs_base.split_seeds("train", num_tasks, start=task_offset)
   kept = None
   if journal is not None:
-    key_data = (jax.random.key_data(rng)
-                if jax.dtypes.issubdtype(rng.dtype, jax.dtypes.prng_key)
-                else rng)
     kept = _Journal(journal, dict(
         journal_meta or {}, env_name=env_name, num_tasks=num_tasks,
         group_size=group_size, max_steps=max_steps,
@@ -250,11 +254,14 @@ def collect_records(
         max_prompt_chars=max_prompt_chars,
         max_prompt_tokens=max_prompt_tokens if encode is not None else None,
         tasks_per_batch=per_batch, task_offset=task_offset,
-        rng=np.asarray(key_data).tolist()),
+        rng=np.asarray(jax.random.key_data(rng)).tolist()),
                     writer=jax.process_index() == 0)
+    if kept.kept:
+      logging.info("stage1: reading back %d batch(es) kept in %s",
+                   len(kept.kept), os.fspath(journal))
   records: list[Record] = []
-  totals = collections.Counter(dict.fromkeys(_COUNTS + ("parsed", "failed"),
-                                             0))
+  totals = collections.Counter(dict.fromkeys(_COUNTS, 0))
+  parse = skills.ParseStats()
 
   def prompt(ep) -> skills.AnalysisPrompt | None:
     if encode is None or max_prompt_tokens is None:
@@ -294,41 +301,39 @@ def collect_records(
       error = e
       replies = list(e.partial or [None] * len(eps))
       answered = list(e.completed or [r is not None for r in replies])
-    out, parse = [], skills.ParseStats()
+    out, parsed = [], skills.ParseStats()
     for ep, built, reply, ok in zip(eps, prompts, replies, answered):
       if not ok:  # never answered: neither kept nor counted as unparsed
         continue
-      analysis = parse.record(_analysis(reply, num_steps=ep.length,
-                                        max_step_skills=k))
+      analysis = parsed.record(_analysis(reply, num_steps=ep.length,
+                                         max_step_skills=k))
       if not isinstance(analysis, skills.Analysis):
         continue
       counts["steps_cut"] += built.steps_cut
       out.append(dict(prompt=built.text, response=analysis.to_json(),
                       task=ep.task, family=ep.family, success=bool(ep.success)))
-    counts.update({n: v for n, v in parse.as_dict().items()
+    counts.update({n: v for n, v in parsed.as_dict().items()
                    if n != "parse_rate"})
     return out, counts, error
 
   def stats() -> dict[str, Any]:
-    parsed, failed = totals["parsed"], totals["failed"]
     return dict({n: totals[n] for n in _COUNTS}, records=len(records),
-                parsed=parsed, failed=failed,
-                parse_rate=parsed / (parsed + failed) if parsed + failed else 0.,
-                **{n: totals[n] for n in sorted(totals)
-                   if n.startswith("failed/")})
+                **parse.as_dict())
 
-  read_back = 0
+  def add(counts):
+    totals.update({n: counts.get(n, 0) for n in _COUNTS})
+    parse.add(counts)
+
   for start in range(0, num_tasks, per_batch):
     chunk = seeds[start:start + per_batch]
     rng, sub = jax.random.split(rng)  # kept batches too: same keys after
     saved = kept.load(start) if kept is not None else None
     if saved is not None:
       records.extend(saved["records"])
-      totals.update(saved["counts"])
-      read_back += len(chunk)
+      add(saved["counts"])
       continue
     out, counts, error = batch(chunk, start, sub)
-    totals.update(counts)
+    add(counts)
     if error is not None:
       raise CollectionInterrupted(
           error, list(records), dict(stats(), partial_records=len(out)),
@@ -338,9 +343,6 @@ def collect_records(
     records.extend(out)
     logging.info("stage1: %d/%d task groups collected, %d records",
                  start + len(chunk), num_tasks, len(records))
-  if read_back:
-    logging.info("stage1: %d of the %d task groups read back from %s",
-                 read_back, num_tasks, os.fspath(journal))
   return records, stats()
 
 

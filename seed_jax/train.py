@@ -436,7 +436,8 @@ def main(argv=None) -> None:
     # Stage 1 keeps its annotated batches (the message says where) and RL
     # its checkpoints: a rerun goes on from there.
     hint = ("" if getattr(e, "journal", None) else
-            "; start the run again to go on from its last checkpoint")
+            "; start the run again to go on from its last checkpoint, if "
+            "any")
     raise SystemExit(f"error: {str(e).splitlines()[0]}{hint}") from None
 
 

@@ -320,16 +320,30 @@ def _goes_down_after(batches):
   return Annotator()
 
 
+def _keyed(generate):
+  """`generate` that also records each call's key; returns (fn, keys)."""
+  keys = []
+
+  def fn(prompts, rng):
+    keys.append(jax.random.key_data(rng).tolist())
+    return generate(prompts, rng)
+
+  return fn, keys
+
+
 def test_a_journal_goes_on_after_the_teacher_comes_back(tmp_path):
   pool_factory, generate = testing.scripted_rollouts()
-  kw = dict(num_tasks=6, group_size=2, max_steps=6, rng=jax.random.key(3),
+  # Three batches, the last of one task group.
+  kw = dict(num_tasks=5, group_size=2, max_steps=6, rng=jax.random.key(3),
             tasks_per_batch=2, pool_factory=pool_factory)
+  gen, whole_keys = _keyed(generate)
   whole, whole_stats = stage1.collect_records(
-      generate, "household", annotator=_goes_down_after(3), **kw)
+      gen, "household", annotator=_goes_down_after(3), **kw)
   journal = tmp_path / "records"
   down = _goes_down_after(1)
+  gen, keys = _keyed(generate)
   with pytest.raises(stage1.CollectionInterrupted) as info:
-    stage1.collect_records(generate, "household", annotator=down,
+    stage1.collect_records(gen, "household", annotator=down,
                            journal=journal, **kw)
   assert down.calls == [4, 4]  # the second batch was never answered
   assert info.value.tasks_done == 2 and len(info.value.records) == 4
@@ -339,15 +353,25 @@ def test_a_journal_goes_on_after_the_teacher_comes_back(tmp_path):
   assert sorted(p.name for p in journal.iterdir()) == [
       "batch-000000.json", "meta.json"]
   back = _goes_down_after(9)
+  gen, keys = _keyed(generate)
   records, stats = stage1.collect_records(
-      generate, "household", annotator=back, journal=journal, **kw)
-  assert back.calls == [4, 4]  # the first batch was read back
+      gen, "household", annotator=back, journal=journal, **kw)
+  assert back.calls == [4, 2]  # the first batch was read back
   assert records == whole and stats == whole_stats
-  # Everything kept: a rerun annotates nothing.
+  # The batches rolled out again drew the keys of the uninterrupted run.
+  assert 0 < len(keys) < len(whole_keys)
+  assert keys == whole_keys[-len(keys):] and keys[0] != whole_keys[0]
+  # Everything kept: a rerun annotates nothing; another process (not the
+  # writer) reads alike and writes nothing.
   again = _goes_down_after(0)
   assert stage1.collect_records(generate, "household", annotator=again,
                                 journal=journal, **kw) == (whole, whole_stats)
   assert again.calls == []
+  reader = stage1._Journal(journal, json.loads(
+      (journal / "meta.json").read_text()), writer=False)
+  reader.save(6, [], {})
+  assert reader.kept == {f"batch-00000{i}.json" for i in (0, 2, 4)}
+  assert not (journal / "batch-000006.json").exists()
   # Other settings would mix two collections: refused, naming the change.
   with pytest.raises(ValueError, match="other settings .*group_size: 2 "
                      "there, 3 now"):
@@ -358,9 +382,16 @@ def test_a_journal_goes_on_after_the_teacher_comes_back(tmp_path):
                            journal=journal, **dict(kw, rng=jax.random.key(4)))
   (journal / "batch-000002.json").write_text('{"records": [')
   with pytest.raises(ValueError, match="unreadable Stage-1 journal file "
-                     ".*batch-000002.json"):
+                     ".*batch-000002.json.*collect that batch again"):
     stage1.collect_records(generate, "household", annotator=again,
                            journal=journal, **kw)
+  (journal / "meta.json").unlink()
+  with pytest.raises(ValueError, match="batches but no meta.json"):
+    stage1.collect_records(generate, "household", annotator=again,
+                           journal=journal, **kw)
+  with pytest.raises(ValueError, match="tasks_per_batch must be >= 1"):
+    stage1.collect_records(generate, "household", annotator=again,
+                           **dict(kw, tasks_per_batch=0))
 
 
 def test_stage1_goes_on_from_the_batches_annotated_before_an_outage(
