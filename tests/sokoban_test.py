@@ -148,21 +148,30 @@ def _start(env, seed):
   return env.render_text()
 
 
+def _room(env):
+  return (tuple(sorted(env.level.walls)), tuple(sorted(env.level.targets)))
+
+
 def test_evaluation_levels_never_appear_in_training():
   train = sokoban.SokobanEnv(split="train")
   unseen = sokoban.SokobanEnv(split="eval_unseen")
-  train_levels = set()
+  train_levels, train_rooms = set(), set()
   for s in range(1500):
     train_levels.add(_start(train, s))
+    train_rooms.add(_room(train))
     assert not sokoban.held_out(train.level, train.state)
-  eval_levels = set()
+  eval_levels, eval_rooms = set(), set()
   for s in range(2_000_000, 2_000_150):
     eval_levels.add(_start(unseen, s))
+    eval_rooms.add(_room(unseen))
     assert sokoban.held_out(unseen.level, unseen.state)
     assert len(unseen.solution) <= unseen.max_steps
   # Before the split by hash, about one in eight evaluation levels was also
   # a level of the first 3000 training seeds.
   assert not train_levels & eval_levels
+  # Nor is an unseen level a training one with the player or a box moved:
+  # split by the start position, about one in ten was.
+  assert not train_rooms & eval_rooms
 
 
 def test_seen_evaluation_plays_training_levels():

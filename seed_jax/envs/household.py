@@ -410,15 +410,24 @@ class ExpertPlanner:
     self.env = env
     self.peek = peek
     self.noise = noise
+    self.shuffle_search = shuffle_search
     self.rng = random.Random(seed)
+    self._new_episode(env.world)
+
+  def _new_episode(self, world: hw.World | None) -> None:
+    """Forgets what the last episode showed: the expert serves every
+    episode of its env, each from scratch."""
+    self._world = world
     self.known: set[str] = set()
     self.order = None
-    if shuffle_search and env.world is not None:
-      self.order = list(env.world.receptacles)
+    if self.shuffle_search and world is not None:
+      self.order = list(world.receptacles)
       self.rng.shuffle(self.order)
 
   def act(self) -> str:
     w = self.env.world
+    if w is not self._world:  # the env was reset
+      self._new_episode(w)
     if w.location is not None and w.location not in w.closed:
       self.known.add(w.location)
     admissible = self.env.admissible_actions
