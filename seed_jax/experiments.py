@@ -448,8 +448,14 @@ def write_summary(out: str, md: str | None = None) -> dict[str, Any]:
   if not histories:
     raise FileNotFoundError(f"no OUT/<method>/seed<S>/metrics.jsonl under "
                             f"{out}: no run has finished yet")
-  summary = results.summarize(histories)
   status = _read_status(os.path.join(out, STATUS))
+  planned = {}
+  for run in {**status.get("other_runs", {}),
+              **status.get("runs", {})}.values():
+    if run.get("num_updates") is not None:
+      planned.setdefault(run["method"], {})[int(run["seed"])] = int(
+          run["num_updates"])
+  summary = results.summarize(histories, planned=planned)
   if status:
     summary["commands"] = status.get("commands", [])
     runs = {**status.get("other_runs", {}), **status.get("runs", {})}
@@ -524,11 +530,19 @@ def rescore(out: str, *, num_tasks: int = 256, seed: int = 12345,
         if not os.path.exists(path):
           print(f"{m}/seed{s}: scoring update {step} ({which}) on "
                 f"{num_tasks} tasks per split", flush=True)
-          evaluate.main(["--workdir", workdir, "--step", str(step),
-                         "--num_tasks", str(num_tasks), "--seed", str(seed),
-                         "--temperature", str(temperature)])
+          try:
+            evaluate.main(["--workdir", workdir, "--step", str(step),
+                           "--num_tasks", str(num_tasks), "--seed", str(seed),
+                           "--temperature", str(temperature)])
+          except SystemExit as e:  # the run's own problem: say, go on
+            print(f"{m}/seed{s}: left out, update {step} cannot be scored "
+                  f"({e})", flush=True)
+            reports[m].pop(s)
+            break
         with open(path) as f:
           pair[which] = json.load(f)
+    if m in reports and not reports[m]:
+      reports.pop(m)
   if not reports:
     raise FileNotFoundError(f"no OUT/<method>/seed<S> run under {out} has a "
                             "checkpoint yet")

@@ -203,7 +203,7 @@ def run_stage1(policy: Policy, cfg: Stage1Config, workdir: epath.Path, *,
       response_len_max=cfg.response_len_max)
   print(f"stage 1 SFT: {report} ({time.time() - t0:.0f}s)", flush=True)
   # What RL's self-analysis must ask for byte for byte (RLTrainer checks).
-  report = dict(report, analysis_prompt=dict(
+  report = dict(report, collection=stats, analysis_prompt=dict(
       mode=cfg.analysis_mode, max_critical_steps=cfg.max_critical_steps,
       max_chars=cfg.max_prompt_chars, max_tokens=max_tokens))
   return Policy(policy.config, params, policy.tokenizer,

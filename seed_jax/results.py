@@ -13,8 +13,11 @@ Conventions, stated again in the Markdown they produce:
     0 for a single seed, whose tables show the value alone);
   * a run's final success is that of its last evaluated update;
   * the sample-efficiency view (the paper's Table 6) reads, for each fraction
-    f of a method's updates N (its runs' largest update), the success at the
-    last update evaluated by every seed at or before f * N.
+    f of a method's updates N (its runs' planned updates when known, else
+    their largest update), the success at the last update evaluated by every
+    seed at or before f * N;
+  * a run known to be unfinished (fewer updates logged than planned) is left
+    out of both, and named; its points still go into the curves.
 """
 
 from __future__ import annotations
@@ -105,7 +108,8 @@ def _curve(runs, split):
 def _sample_efficiency(runs, split, num_updates, fractions):
   per_seed = {s: evaluations(r, split) for s, r in runs.items()}
   steps = {s: cumulative_env_steps(r) for s, r in runs.items()}
-  common = sorted(set.intersection(*(set(ev) for ev in per_seed.values())))
+  common = sorted(set.intersection(*(set(ev) for ev in per_seed.values()))
+                  if per_seed else ())
   out = []
   for f in fractions:
     target = f * num_updates
@@ -124,7 +128,9 @@ def _sample_efficiency(runs, split, num_updates, fractions):
 
 def summarize(histories: Histories, *,
               fractions: Sequence[float] = FRACTIONS,
-              diagnostics: Sequence[str] = DIAGNOSTICS) -> dict[str, Any]:
+              diagnostics: Sequence[str] = DIAGNOSTICS,
+              planned: Mapping[str, Mapping[int, int]] | None = None
+              ) -> dict[str, Any]:
   """Final success, curves, sample efficiency and diagnostics per method.
 
   Args:
@@ -132,13 +138,18 @@ def summarize(histories: Histories, *,
       order, runs without records are left out.
     fractions: fractions of the updates for the sample-efficiency view.
     diagnostics: training scalars to average over each run's updates.
+    planned: {method: {seed: the updates the run was started for}}, where
+      known: a run that logged fewer is unfinished and left out of "final"
+      and "sample_efficiency" (a method with only unfinished runs has none),
+      and a method's N is its largest planned number of updates.
 
   Returns:
     A JSON-serializable dict:
       "methods": [method, ...]
       "runs": {method: {seed: {"last_update", "last_eval_update",
-               "env_steps"}}}
-      "num_updates": {method: largest update of its runs}
+               "env_steps", "planned" (None: not known), "finished"}}}
+      "num_updates": {method: N, see `planned`}
+      "unfinished": ["method/seedS", ...], left out as above
       "final": {method: {split: {"all" | family: mean_std dict}}}
       "final_updates": {method: {split: [the seeds' last evaluated updates]}}
       "curves": {method: {split: [{"update", "env_steps", "mean", "std",
@@ -149,28 +160,33 @@ def summarize(histories: Histories, *,
   """
   out = {k: {} for k in ("runs", "num_updates", "final", "final_updates",
                          "curves", "sample_efficiency", "diagnostics")}
-  out["methods"] = []
+  out["methods"], out["unfinished"] = [], []
   for method, runs in histories.items():
     runs = {int(s): list(r) for s, r in sorted(runs.items()) if r}
     if not runs:
       continue
     out["methods"].append(method)
     steps = {s: cumulative_env_steps(r) for s, r in runs.items()}
+    plan = {s: (planned or {}).get(method, {}).get(s) for s in runs}
     out["runs"][method] = {
         str(s): dict(last_update=max(steps[s]),
                      last_eval_update=max(evaluations(r, "seen"), default=None),
-                     env_steps=steps[s][max(steps[s])])
+                     env_steps=steps[s][max(steps[s])], planned=plan[s],
+                     finished=plan[s] is None or max(steps[s]) >= plan[s])
         for s, r in runs.items()}
-    n = max(max(steps[s]) for s in runs)
+    done = {s: r for s, r in runs.items()
+            if out["runs"][method][str(s)]["finished"]}
+    out["unfinished"] += [f"{method}/seed{s}" for s in runs if s not in done]
+    n = max(plan[s] if plan[s] is not None else max(steps[s]) for s in runs)
     out["num_updates"][method] = n
     for key in ("final", "final_updates", "curves", "sample_efficiency"):
       out[key][method] = {}
     for split in SPLITS:
       (out["final"][method][split],
-       out["final_updates"][method][split]) = _final(runs, split)
+       out["final_updates"][method][split]) = _final(done, split)
       out["curves"][method][split] = _curve(runs, split)
       out["sample_efficiency"][method][split] = _sample_efficiency(
-          runs, split, n, fractions)
+          done, split, n, fractions)
     diag = {}
     for name in diagnostics:
       per_run = [np.mean(vals) for vals in (
@@ -188,7 +204,8 @@ def rescored(reports: Mapping[str, Mapping[int, Mapping[str, Mapping[
 
   Args:
     reports: {method: {seed: {"start" | "final": a `seed_jax.evaluate`
-      report}}}, every report on the same tasks and sampling keys.
+      report}}}, every report on the same tasks (`evaluate` draws the
+      sampling keys from the evaluation seed and the update scored).
     baseline: the method the paired differences are taken against (default
       "grpo" when present, else none).
 
@@ -199,11 +216,16 @@ def rescored(reports: Mapping[str, Mapping[int, Mapping[str, Mapping[
       "success": {method: {"start" | "final": {split: {"all" | family:
                   mean_std}}}}
       "paired": {method: {split: mean_std over the seeds both methods ran
-                 of final(method) - final(baseline)}} (baseline left out)
+                 to the same final update (so scored with the same sampling
+                 keys) of final(method) - final(baseline)}} (baseline left
+                 out)
+      "unpaired": {method: [seeds both ran, left out of "paired" as their
+                   final updates differ]}
       "baseline": the baseline method or None
 
   Raises:
-    ValueError: when the reports do not share tasks and sampling keys.
+    ValueError: when the reports do not share the tasks, evaluation seed
+      and temperature.
   """
   settings = {(r["num_tasks"], r["seed"], r["temperature"])
               for by_seed in reports.values() for pair in by_seed.values()
@@ -216,7 +238,7 @@ def rescored(reports: Mapping[str, Mapping[int, Mapping[str, Mapping[
     baseline = "grpo"
   out = dict(methods=list(reports), num_tasks=num_tasks, seed=seed,
              temperature=temperature, baseline=baseline, steps={},
-             success={}, paired={})
+             success={}, paired={}, unpaired={})
   finals = {}
   for m, by_seed in reports.items():
     out["steps"][m] = {str(s): {k: r["step"] for k, r in pair.items()}
@@ -234,16 +256,20 @@ def rescored(reports: Mapping[str, Mapping[int, Mapping[str, Mapping[
             fam: mean_std([g[prefix + suffix] for g in got
                            if prefix + suffix in g])
             for fam, suffix in [("all", "")] + [(f, "/" + f) for f in fams]}
-    finals[m] = {s: pair["final"]["metrics"] for s, pair in by_seed.items()
+    finals[m] = {s: pair["final"] for s, pair in by_seed.items()
                  if "final" in pair}
   for m in reports:
     if baseline is None or m == baseline or baseline not in finals:
       continue
     both = sorted(set(finals[m]) & set(finals[baseline]))
+    same = [s for s in both
+            if finals[m][s]["step"] == finals[baseline][s]["step"]]
+    if len(same) < len(both):
+      out["unpaired"][m] = [s for s in both if s not in same]
     out["paired"][m] = {split: mean_std(
-        [finals[m][s][f"eval/{split}/success"] -
-         finals[baseline][s][f"eval/{split}/success"] for s in both])
-                        for split in SPLITS}
+        [finals[m][s]["metrics"][f"eval/{split}/success"] -
+         finals[baseline][s]["metrics"][f"eval/{split}/success"]
+         for s in same]) for split in SPLITS}
   return out
 
 
@@ -253,7 +279,8 @@ def rescored_markdown(summary: Mapping[str, Any]) -> str:
   base = summary["baseline"]
   succ = summary["success"]
   lines = [f"Success in percent on {summary['num_tasks']} tasks per split, "
-           "the same tasks and sampling keys for every run (evaluation "
+           "the same tasks for every run, and the same sampling keys for "
+           "checkpoints of the same update (evaluation "
            f"seed {summary['seed']}, temperature {summary['temperature']}), "
            "mean ± sample std over seeds (the value alone for one seed). "
            "Start: the policy the run began "
@@ -276,6 +303,10 @@ def rescored_markdown(summary: Mapping[str, Any]) -> str:
   if summary["paired"]:
     lines += ["", f"The differences to {base} are paired by seed (the same "
               "seed starts from the same warm start) and given in points."]
+    for m, seeds in summary.get("unpaired", {}).items():
+      lines += [f"Left out of {m}'s differences, its final update not "
+                f"{base}'s: seed{'s' * (len(seeds) != 1)} "
+                f"{', '.join(map(str, seeds))}."]
   for split in SPLITS:
     fams = list(dict.fromkeys(f for m in methods
                               for f in succ[m]["final"][split]))
@@ -364,6 +395,13 @@ def markdown(summary: Mapping[str, Any], *, image_dir: str | None = None,
   lines = [f"## {title}", "",
            "Success in percent, mean ± sample std over seeds (the value alone "
            "for one seed), at each run's last evaluated update.", ""]
+  if summary.get("unfinished"):
+    lines += ["Left out of the success and sample-efficiency tables, not "
+              "finished: " + ", ".join(
+                  f"{name} (update {summary['runs'][m][s[4:]]['last_update']}"
+                  f" of {summary['runs'][m][s[4:]]['planned']})"
+                  for name in summary["unfinished"]
+                  for m, s in [name.split("/")]) + ".", ""]
   for split in SPLITS:
     fams = list(dict.fromkeys(f for m in methods
                               for f in summary["final"][m][split]))
@@ -394,11 +432,14 @@ def markdown(summary: Mapping[str, Any], *, image_dir: str | None = None,
         [k, *(_num(summary["diagnostics"][m].get(k)) for m in methods)]
         for k in names])
     lines.append("")
-  lines += ["**Runs**: last update, last evaluated update and cumulative "
-            "environment steps of each seed.", ""]
+  lines += ["**Runs**: last update (of the planned, where known), last "
+            "evaluated update and cumulative environment steps of RL "
+            "(Stage 1's rollouts not included) of each seed.", ""]
   lines += table_lines(["method", "seed", "last update", "last eval",
                    "env steps"],
-                  [[m, s, str(r["last_update"]), str(r["last_eval_update"]),
+                  [[m, s, str(r["last_update"]) + (
+                      f" of {r['planned']}" if r.get("planned") is not None
+                      else ""), str(r["last_eval_update"]),
                     f"{r['env_steps']:.0f}"]
                    for m in methods for s, r in summary["runs"][m].items()])
   lines.append("")
@@ -443,7 +484,8 @@ def plot_curves(summary: Mapping[str, Any], path: str, *,
                       color=line.get_color(), linewidth=0)
     ax.set_title(f"{split} tasks")
     ax.set_ylim(-0.02, 1.02)
-    ax.set_xlabel("update" if x == "update" else "environment steps")
+    ax.set_xlabel("update" if x == "update" else
+                  "environment steps of RL (Stage 1's not included)")
     ax.grid(alpha=0.3)
   axes[0].set_ylabel("eval success (mean ± std over seeds)")
   if summary["methods"]:

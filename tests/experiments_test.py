@@ -179,6 +179,20 @@ def test_run_skips_finished_runs_status_and_summary(tmp_path, capsys,
   assert experiments.main(argv[:-2] + ["--methods", "seed"]) == 0
   rescored = json.load(open(os.path.join(out, "rescored.json")))
   assert rescored["methods"] == ["seed"] and rescored["paired"] == {}
+  # A run that cannot be scored is named and left out; the others go on.
+  os.remove(os.path.join(out, "grpo", "seed0", "eval",
+                         "step_2_tasks2_seed0_temp0.4.json"))
+
+  def corrupt(argv):
+    raise SystemExit("error: checkpoint 2 is corrupt")
+
+  monkeypatch.setattr(evaluate, "main", corrupt)
+  capsys.readouterr()
+  assert experiments.main(argv[:-2]) == 0
+  assert ("grpo/seed0: left out, update 2 cannot be scored (error: "
+          "checkpoint 2 is corrupt)") in capsys.readouterr().out
+  rescored = json.load(open(os.path.join(out, "rescored.json")))
+  assert rescored["methods"] == ["seed"]
   with pytest.raises(SystemExit, match="--num_tasks must be at least 1"):
     experiments.main(["evaluate", "--out", out, "--num_tasks", "0"])
   with pytest.raises(SystemExit, match="has a checkpoint yet"):

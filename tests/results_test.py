@@ -106,7 +106,8 @@ def test_curves_and_diagnostics(summary):
   # grpo seed 0: mean of u / 40 over updates 1..10 = 55 / 400.
   assert diag["grpo"]["success_rate"]["values"][0] == pytest.approx(55 / 400)
   assert summary["runs"]["grpo"]["1"] == {
-      "last_update": 10, "last_eval_update": 10, "env_steps": 60.0}
+      "last_update": 10, "last_eval_update": 10, "env_steps": 60.0,
+      "planned": None, "finished": True}
 
 
 def test_unequal_runs_are_reported_as_they_are():
@@ -122,6 +123,39 @@ def test_unequal_runs_are_reported_as_they_are():
   # 10 (seed 0) -> 0 and 3.
   rows = s["sample_efficiency"]["grpo"]["seen"]
   assert [r["update"] for r in rows] == [0, 3, 3, 3, 3]
+
+
+def test_unfinished_runs_are_left_out_and_named():
+  # Seed 1 stopped at update 4 of 10 (evaluated at 0 and 3 only).
+  histories = {"grpo": {0: _history(lambda u: u / 10, env_steps=4),
+                        1: _history(lambda u: 0.9, env_steps=4, updates=4),
+                        2: _history(lambda u: u / 20, env_steps=4)}}
+  planned = {"grpo": {0: 10, 1: 10, 2: 10}}
+  s = results.summarize(histories, planned=planned)
+  assert s["unfinished"] == ["grpo/seed1"]
+  assert s["runs"]["grpo"]["1"] == dict(
+      last_update=4, last_eval_update=4, env_steps=16.0, planned=10,
+      finished=False)
+  assert s["final"]["grpo"]["seen"]["all"]["values"] == [1.0, 0.5]
+  assert s["num_updates"]["grpo"] == 10
+  rows = s["sample_efficiency"]["grpo"]["seen"]
+  assert [r["update"] for r in rows] == [0, 3, 6, 6, 10]
+  assert rows[-1]["mean"] == 0.75 and rows[-1]["n"] == 2
+  # The curves still show the unfinished run's points.
+  assert s["curves"]["grpo"]["seen"][1]["n"] == 3
+  md = results.markdown(s)
+  assert ("Left out of the success and sample-efficiency tables, not "
+          "finished: grpo/seed1 (update 4 of 10).") in md
+  assert "| grpo | 1 | 4 of 10 | 4 | 16 |" in md
+  # Unknown plans: every run counts, as before.
+  assert results.summarize(histories)["unfinished"] == []
+  assert results.summarize(histories)["final"]["grpo"]["seen"]["all"][
+      "values"] == [1.0, 0.9, 0.5]
+  # A method with only unfinished runs has no final numbers.
+  alone = results.summarize({"grpo": {1: histories["grpo"][1]}},
+                            planned=planned)
+  assert alone["final"]["grpo"]["seen"]["all"]["mean"] is None
+  assert "| all | - |" in results.markdown(alone)
 
 
 def test_tables_and_markdown(summary):
@@ -166,14 +200,14 @@ def test_rescored_pairs_seeds_against_grpo():
                1: {"start": _report(0, 0.0, 0.25),
                    "final": _report(10, 0.25, 0.5)}},
       "seed": {0: {"start": _report(0, 0.25, 0.0),
-                   "final": _report(9, 0.75, 0.75)},
+                   "final": _report(10, 0.75, 0.75)},
                2: {"start": _report(0, 0.5, 0.5),
                    "final": _report(10, 1.0, 1.0)}},
   }
   out = results.rescored(reports)
   assert out["baseline"] == "grpo" and out["methods"] == ["grpo", "seed"]
   assert (out["num_tasks"], out["seed"], out["temperature"]) == (4, 9, 0.4)
-  assert out["steps"]["seed"] == {"0": {"start": 0, "final": 9},
+  assert out["steps"]["seed"] == {"0": {"start": 0, "final": 10},
                                   "2": {"start": 0, "final": 10}}
   assert out["success"]["grpo"]["final"]["seen"]["all"]["values"] == [
       0.5, 0.25]
@@ -188,6 +222,19 @@ def test_rescored_pairs_seeds_against_grpo():
   assert "| +25.0 | +50.0 |" in text and "final − grpo, unseen" in text
   assert "+50.0 ±" not in text
   assert "| heat | 18.8 ± 8.8 | 43.8 ± 8.8 |" in text
+  assert out["unpaired"] == {}
+  # Final checkpoints of different updates (scored with other sampling
+  # keys) are not paired, and the table says so.
+  reports["seed"][0]["final"] = _report(9, 0.75, 0.75)
+  out = results.rescored(reports)
+  assert out["unpaired"] == {"seed": [0]}
+  assert out["paired"]["seed"]["unseen"]["n"] == 0
+  text = results.rescored_markdown(out)
+  assert "Left out of seed's differences, its final update not grpo's: " \
+      "seed 0." in text
+  assert "| seed | 2 | 37.5 ± 17.7 | 87.5 ± 17.7 | 25.0 ± 35.4 | 87.5 ± " \
+      "17.7 | - | - |" in text
+  reports["seed"][0]["final"] = _report(10, 0.75, 0.75)
   # Without a baseline there are no differences.
   assert results.rescored({"seed": reports["seed"]})["paired"] == {}
   reports["seed"][2]["final"] = _report(10, 1.0, 1.0, num_tasks=8)

@@ -413,6 +413,8 @@ def test_stage1_goes_on_from_the_batches_annotated_before_an_outage(
   written = (len(stage1.read_dataset(tmp_path / "stage1_data", "train")) +
              len(stage1.read_dataset(tmp_path / "stage1_data", "validation")))
   assert written == 4 and policy.report["stage1"]["train_loss"] > 0
+  collection = policy.report["stage1"]["collection"]
+  assert collection["tasks"] == 2 and collection["env_steps"] > 0
   with pytest.raises(ValueError, match="tasks_per_batch must be >= 1"):
     policies.Stage1Config(tasks_per_batch=0)
 
