@@ -44,9 +44,9 @@ class Policy:
   """Host-side wrapper around the jitted sampler: strings in, responses out.
 
   Prompts go through the tokenizer's chat template as one user turn, are
-  left-padded into length buckets, and the number of rows is padded up to a
-  power of two (at least `min_rows`) so the sampler compiles once per
-  (row bucket, prompt bucket).
+  left-padded into length buckets, and the number of rows is padded up to
+  `min_rows` times a power of two (filler rows sample nothing) so the
+  sampler compiles once per (row bucket, prompt bucket).
   """
 
   def __init__(self, config: model_lib.ModelConfig, tokenizer, *,
@@ -124,7 +124,7 @@ class Policy:
         params, batch.tokens, batch.mask, rng, config=self.config,
         max_new_tokens=max_new_tokens or self.max_new_tokens,
         sampling=sampling, eos_ids=self.eos_ids, stop_table=self.stop_table,
-        pad_id=self.pad_id)
+        pad_id=self.pad_id, live=np.arange(len(rows)) < n)
     tokens, lengths, logprobs = jax.device_get(
         (out.tokens, out.lengths, out.logprobs))
     results = []

@@ -56,7 +56,8 @@ class Temperature:
 
 @dataclasses.dataclass(frozen=True)
 class TopK:
-  """Samples among the k most likely tokens."""
+  """Samples among the k most likely tokens (all of them for k >= vocab;
+  tokens tied with the k-th are kept too, as transformers' top-k does)."""
   k: int
   temperature: float = 1.0
 
@@ -66,7 +67,7 @@ class TopK:
     _check_temperature(self.temperature)
 
   def __call__(self, logits, rng):
-    kth = jax.lax.top_k(logits, self.k)[0][..., -1:]
+    kth = jax.lax.top_k(logits, min(self.k, logits.shape[-1]))[0][..., -1:]
     logits = jnp.where(logits < kth, -jnp.inf, logits)
     return jax.random.categorical(rng, logits / self.temperature, axis=-1)
 
@@ -84,6 +85,8 @@ class TopP:
 
   def __call__(self, logits, rng):
     logits = logits / self.temperature
+    if self.p >= 1.0:  # every token; float32 sums reach 1 before the tail
+      return jax.random.categorical(rng, logits, axis=-1)
     order = jnp.sort(logits, axis=-1)[..., ::-1]
     probs = jax.nn.softmax(order, axis=-1)
     # Keep a token while the mass strictly before it is below p.
@@ -159,7 +162,7 @@ def sample(params: model_lib.Params, prompts: jax.Array, mask: jax.Array,
            eos_ids: tuple[int, ...] = (),
            stop_seqs: tuple[tuple[int, ...], ...] = (),
            stop_table: jax.Array | None = None,
-           pad_id: int = 0) -> SampleOutput:
+           pad_id: int = 0, live: jax.Array | None = None) -> SampleOutput:
   """Samples up to `max_new_tokens` tokens after left-padded prompts.
 
   Args:
@@ -176,6 +179,9 @@ def sample(params: model_lib.Params, prompts: jax.Array, mask: jax.Array,
       that completes one of n stop strings in its generated text, however
       the tokens split it (" </action>", "</action>." ...).
     pad_id: fills a row's tokens after it is done.
+    live: [B] bool, False on filler rows (e.g. padding up to a row bucket):
+      they start done, so they sample nothing (length 0) and do not keep
+      the loop running. None: every row is live.
 
   Returns:
     SampleOutput with tokens/logprobs [B, N], lengths and done [B].
@@ -240,7 +246,8 @@ def sample(params: model_lib.Params, prompts: jax.Array, mask: jax.Array,
       step=jnp.zeros((), jnp.int32),
       tokens=jnp.full((B, N), pad_id, jnp.int32),
       logprobs=jnp.zeros((B, N), jnp.float32),
-      done=jnp.zeros((B,), bool),
+      done=(jnp.zeros((B,), bool) if live is None
+            else ~jnp.asarray(live, bool)),
       lengths=jnp.zeros((B,), jnp.int32),
       positions=positions[:, -1] + 1,
       kv_mask=kv_mask,
@@ -304,7 +311,7 @@ def pad_left(seqs: Sequence[Sequence[int]], *, buckets=DEFAULT_BUCKETS,
   longest = max(len(s) for s in seqs)
   if min(len(s) for s in seqs) == 0:
     raise ValueError("a prompt has no tokens")
-  fits = [b for b in buckets if b >= longest]
+  fits = [b for b in sorted(buckets) if b >= longest]
   if fits:
     length = fits[0]
   elif truncate:

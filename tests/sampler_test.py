@@ -62,6 +62,39 @@ def test_budget_exhausted_rows_are_not_done():
   np.testing.assert_array_equal(out.done, [True, False])
 
 
+def test_filler_rows_sample_nothing():
+  cfg = testing.tiny_config()
+  params = model_lib.init_params(cfg, jax.random.key(3))
+  b = sampler.pad_left([[5, 6, 7], [8, 9], [5, 6, 7], [5, 6, 7]],
+                       buckets=(4,))
+  kw = dict(config=cfg, max_new_tokens=8, sampling=sampler.Temperature(1.0),
+            eos_ids=(3,))
+  every = sampler.sample(params, b.tokens, b.mask, jax.random.key(1), **kw)
+  live = sampler.sample(params, b.tokens, b.mask, jax.random.key(1),
+                        live=np.array([True, True, False, False]), **kw)
+  # The live rows are what they would be; the filler rows start done.
+  for field in ("tokens", "logprobs", "lengths", "done"):
+    np.testing.assert_array_equal(getattr(live, field)[:2],
+                                  getattr(every, field)[:2])
+  np.testing.assert_array_equal(live.lengths[2:], 0)
+  assert (np.asarray(live.tokens)[2:] == 0).all()
+
+
+def test_sampling_edge_cases():
+  logits = jnp.log(jnp.asarray([[0.5, 0.3, 0.15, 0.05]]))
+  key = jax.random.key(7)
+  # k past the vocabulary keeps every token; p = 1 is plain sampling.
+  keys = jax.random.split(jax.random.key(0), 400)
+  draw = jax.jit(jax.vmap(lambda k, m: m(logits, k)[0], in_axes=(0, None)),
+                 static_argnums=1)
+  assert set(np.asarray(draw(keys, sampler.TopK(9)))) == {0, 1, 2, 3}
+  tail = jnp.concatenate([jnp.zeros((1, 1)), jnp.full((1, 40000), -12.0)], 1)
+  np.testing.assert_array_equal(
+      sampler.TopP(1.0)(tail, key), sampler.Temperature(1.0)(tail, key))
+  # Buckets in any order: the smallest that fits.
+  assert sampler.pad_left([[1, 2, 3]], buckets=(8, 4)).tokens.shape == (1, 4)
+
+
 def test_compiles_once_per_bucket():
   cfg, params = _plus_one_model()
   sampler.sample.clear_cache() if hasattr(sampler.sample, "clear_cache") else None
