@@ -27,8 +27,11 @@ PORT="${PORT:-8476}"
 nodes="$(scontrol show hostnames "${SLURM_JOB_NODELIST}")"
 first_node="${nodes%%$'\n'*}"
 : "${first_node:?scontrol listed no node for SLURM_JOB_NODELIST}"
+# One process drives every GPU of its node (JAX's Slurm detection alone would
+# give it only the GPU of its task id).
+gpu_ids="$(seq -s, 0 $((GPUS_PER_NODE - 1)))"
 export GIN_FILE WORKDIR
 run srun --nodes="${NODES}" --ntasks-per-node=1 \
   --gpus-per-node="${GPUS_PER_NODE}" --kill-on-bad-exit=1 \
-  --export=ALL,SEED_COORDINATOR="${first_node}:${PORT}",SEED_NUM_PROCESSES="${NODES}" \
+  --export=ALL,SEED_COORDINATOR="${first_node}:${PORT}",SEED_NUM_PROCESSES="${NODES}",SEED_LOCAL_DEVICE_IDS="${gpu_ids}" \
   launch/run_host.sh "$@"

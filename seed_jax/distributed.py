@@ -10,7 +10,12 @@ The launch asks through the environment (launch/*.sh set these):
   SEED_NUM_PROCESSES=4            # with SEED_COORDINATOR
   SEED_PROCESS_ID=1               # with SEED_COORDINATOR
   SEED_DISTRIBUTED=1              # no address: JAX detects it (TPU VM, Slurm)
+  SEED_LOCAL_DEVICE_IDS=0,1,2,3   # the accelerators this process drives
   SEED_LOCAL_DEVICES=4            # fake CPU devices per process (tests)
+
+Without SEED_LOCAL_DEVICE_IDS, JAX's cluster detection gives a process
+under Slurm only the GPU of its local task id: one GPU per node when one
+process drives the node (launch/slurm_gpu.sh sets every GPU of the node).
 """
 
 from __future__ import annotations
@@ -52,8 +57,9 @@ def initialize(coordinator_address: str | None = None,
     Whether `jax.distributed` is (now) initialized.
 
   Raises:
-    ValueError: an address without the process count and id, or a
-      SEED_DISTRIBUTED that is neither true nor false.
+    ValueError: an address without the process count and id, a
+      SEED_DISTRIBUTED that is neither true nor false, or device ids that
+      are not integers.
   """
   env = os.environ if env is None else env
   address = coordinator_address or env.get("SEED_COORDINATOR") or None
@@ -81,9 +87,16 @@ def initialize(coordinator_address: str | None = None,
     raise ValueError(
         f"coordinator {address} given without the process count and id: set "
         "SEED_NUM_PROCESSES and SEED_PROCESS_ID (or pass them)")
+  ids = env.get("SEED_LOCAL_DEVICE_IDS", "").strip()
+  try:
+    local_ids = [int(i) for i in ids.split(",")] if ids else None
+  except ValueError:
+    raise ValueError(f"SEED_LOCAL_DEVICE_IDS={ids!r}: use comma-separated "
+                     "device ids, e.g. 0,1,2,3") from None
   if _platforms().startswith("cpu"):
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
-  jax.distributed.initialize(address, num_processes, process_id)
+  jax.distributed.initialize(address, num_processes, process_id,
+                             local_device_ids=local_ids)
   logging.info("jax.distributed: process %d of %d, %d local / %d devices",
                jax.process_index(), jax.process_count(),
                jax.local_device_count(), jax.device_count())

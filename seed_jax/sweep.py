@@ -246,9 +246,10 @@ def main(argv=None) -> int:
     root = os.path.join(args.workdir, sweep_name(args.sweep))
     # Every run's gin files and bindings parse before one starts or is
     # printed: a typo fails here, not in every run.
+    pod = args.emit_commands and args.launcher != "local"
     planned = [train.planned_updates(
-        train_argv(args.gin_file, os.path.join(root, str(i)), b, args.extra))
-               for i, b in enumerate(runs)]
+        train_argv(args.gin_file, os.path.join(root, str(i)), b, args.extra),
+        multi_host=pod) for i, b in enumerate(runs)]
   except (FileNotFoundError, ValueError) as e:
     raise SystemExit(f"error: {e}") from None
   if args.emit_commands:

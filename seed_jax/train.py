@@ -392,19 +392,29 @@ def _check_macros(bindings: Sequence[str]) -> None:
                      f"configuration uses{hint}")
 
 
-def planned_updates(argv) -> int:
+def planned_updates(argv, *, multi_host: bool = False) -> int:
   """The number of updates a run with these `main` arguments asks for.
 
   Parses its gin files and bindings (then clears them); no run starts.
+
+  Raises:
+    ValueError: as `parse_gin`, a bad `num_updates`, or, for a run on
+      several hosts (`multi_host`), no `train.train.mesh_shape`, which
+      several processes need (it would fail only once the hosts are up).
   """
   args = parse_flags(list(argv))
   gin.clear_config()
   try:
     parse_gin(args.gin_file, args.gin)
-    num_updates = gin.get_bindings(train).get(
+    bindings = gin.get_bindings(train)
+    num_updates = bindings.get(
         "num_updates",
         inspect.signature(train).parameters["num_updates"].default)
     _check_knobs(num_updates=num_updates)  # as train itself would
+    if multi_host and bindings.get("mesh_shape") is None:
+      raise ValueError(
+          "a run on several hosts needs train.train.mesh_shape, e.g. "
+          "--gin.train.train.mesh_shape=\"(1, -1, 1)\"")
     return int(num_updates)
   finally:
     gin.clear_config()

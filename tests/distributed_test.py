@@ -24,6 +24,23 @@ def test_an_address_needs_the_process_count_and_id():
     distributed.initialize(env={"SEED_COORDINATOR": "127.0.0.1:1234"})
 
 
+def test_local_device_ids_reach_jax(monkeypatch):
+  # Under Slurm, JAX would otherwise give a process one GPU per node.
+  calls = []
+  monkeypatch.setattr(jax.distributed, "initialize",
+                      lambda *a, **kw: calls.append((a, kw)))
+  monkeypatch.setattr(distributed, "_platforms", lambda: "cuda")
+  env = {"SEED_COORDINATOR": "10.0.0.2:8476", "SEED_NUM_PROCESSES": "2",
+         "SEED_PROCESS_ID": "1"}
+  assert distributed.initialize(env=dict(env, SEED_LOCAL_DEVICE_IDS="0,1,2"))
+  assert distributed.initialize(env=env)
+  assert calls == [
+      (("10.0.0.2:8476", 2, 1), {"local_device_ids": [0, 1, 2]}),
+      (("10.0.0.2:8476", 2, 1), {"local_device_ids": None})]
+  with pytest.raises(ValueError, match="SEED_LOCAL_DEVICE_IDS='0;1'"):
+    distributed.initialize(env=dict(env, SEED_LOCAL_DEVICE_IDS="0;1"))
+
+
 def test_process_slice_is_contiguous_and_complete():
   items = list(range(5))
   shares = [distributed.process_slice(items, index=i, count=2)

@@ -155,7 +155,8 @@ def test_slurm_gpu_coordinates_on_the_first_node(fake_bin):
   assert lines == [
       "srun --nodes=2 --ntasks-per-node=1 --gpus-per-node=4 "
       "--kill-on-bad-exit=1 "
-      "--export=ALL,SEED_COORDINATOR=gpu-a1:8476,SEED_NUM_PROCESSES=2 "
+      "--export=ALL,SEED_COORDINATOR=gpu-a1:8476,SEED_NUM_PROCESSES=2,"
+      "SEED_LOCAL_DEVICE_IDS=0,1,2,3 "
       "launch/run_host.sh \"--gin.VARIANT='grpo'\" --gin.NUM_UPDATES=3"]
 
 

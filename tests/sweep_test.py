@@ -57,11 +57,18 @@ def test_emitted_commands(capsys):
   assert shlex.split(lines[3])[3:] == sweep.train_argv(
       [TINY], "/runs/opd_lambda_beta/3", sweep.load(SWEEP)[3],
       ["--gin.VARIANT='seed'"])
+  # Several hosts need a training mesh: refused before a slice is rented.
+  for launcher in ("tpu", "slurm"):
+    with pytest.raises(SystemExit, match="several hosts needs "
+                       "train.train.mesh_shape"):
+      sweep.main(argv + [f"--launcher={launcher}"])
+  argv.append("--gin.train.train.mesh_shape=(1,-1,1)")
   assert sweep.main(argv + ["--launcher=tpu"]) == 0
   assert capsys.readouterr().out.splitlines()[1] == (
       f"TPU_NAME=${{TPU_NAME}}-1 GIN_FILE={TINY} "
       "WORKDIR=/runs/opd_lambda_beta/1 launch/tpu_vm.sh up "
-      "\"--gin.VARIANT='seed'\" --gin.trainer.RLConfig.opd_coef=0.0 "
+      "\"--gin.VARIANT='seed'\" '--gin.train.train.mesh_shape=(1,-1,1)' "
+      "--gin.trainer.RLConfig.opd_coef=0.0 "
       "--gin.trainer.RLConfig.opd_beta=5.0")
   assert sweep.main(argv + ["--launcher=slurm"]) == 0
   slurm = shlex.split(capsys.readouterr().out.splitlines()[0])
@@ -69,6 +76,7 @@ def test_emitted_commands(capsys):
                         "--gpus-per-node=${GPUS_PER_NODE}"]
   assert shlex.split(slurm[5][len("--wrap="):]) == [
       "launch/slurm_gpu.sh", "--gin.VARIANT='seed'",
+      "--gin.train.train.mesh_shape=(1,-1,1)",
       "--gin.trainer.RLConfig.opd_coef=0.0",
       "--gin.trainer.RLConfig.opd_beta=1.0"]
 
@@ -76,7 +84,8 @@ def test_emitted_commands(capsys):
 @pytest.mark.parametrize("launcher", ["tpu", "slurm"])
 def test_emitted_assignments_survive_a_space(capsys, launcher):
   argv = [f"--sweep={SWEEP}", f"--gin_file={TINY}", "--workdir=/my runs",
-          "--emit_commands", f"--launcher={launcher}"]
+          "--emit_commands", f"--launcher={launcher}",
+          "--gin.train.train.mesh_shape=(1,-1,1)"]
   assert sweep.main(argv) == 0
   line = capsys.readouterr().out.splitlines()[2]
   head = line.split(" launch/" if launcher == "tpu" else " sbatch ")[0]
