@@ -32,15 +32,18 @@ from seed_jax import model as model_lib
 from seed_jax import partitioning
 
 PARAMS = "params"
-_WEIGHTS = ("config.json", "model.safetensors.index.json")
+# Weights in any format, their indexes and leftovers: copied along, a
+# loader could read them instead of the converted weights.
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5",
+                    ".msgpack", ".ckpt", ".index.json", ".tmp")
 
 
 def _side_files(folder: str) -> list[str]:
   """Tokenizer and other small files: everything but weights and config."""
   return sorted(
       n for n in os.listdir(folder)
-      if os.path.isfile(os.path.join(folder, n)) and n not in _WEIGHTS
-      and not n.endswith(".safetensors"))
+      if os.path.isfile(os.path.join(folder, n)) and n != "config.json"
+      and not n.endswith(_WEIGHT_SUFFIXES))
 
 
 def _copy_side_files(src: str, dst: str) -> None:
@@ -65,12 +68,14 @@ def hf_to_orbax(src: str, dst: str, *, mesh_shape: Sequence[int] = (1, -1, 1)
   mesh = partitioning.make_mesh(mesh_shape)
   shardings = partitioning.param_shardings(config, mesh)
   config, params = hf.load_pretrained(src, shardings=shardings)
-  with ocp.StandardCheckpointer() as ckptr:
-    ckptr.save(target, params)
+  # The small files first and the parameters last: an interrupted run leaves
+  # no `params`, so the same command can run again.
   _copy_side_files(src, dst)
   if jax.process_index() == 0:
     with open(os.path.join(dst, "config.json"), "w") as f:
       json.dump(config.to_hf(), f, indent=1)
+  with ocp.StandardCheckpointer() as ckptr:
+    ckptr.save(target, params)
   return config
 
 

@@ -212,7 +212,15 @@ def params_to_hf_tensors(config: model_lib.ModelConfig, params: Params,
       out[f"model.layers.{i}.{suffix}"] = to_hf(host["layers"][key][i])
   if not c.tie_embeddings:
     out["lm_head.weight"] = host["lm_head"]["kernel"].T
-  return {k: np.ascontiguousarray(v).astype(dt) for k, v in out.items()}
+  converted = {}
+  for k, v in out.items():
+    with np.errstate(over="ignore"):  # checked right below
+      converted[k] = np.ascontiguousarray(v).astype(dt)
+    if (converted[k].dtype.kind == "f" and not np.isfinite(converted[k]).all()
+        and np.isfinite(v).all()):
+      raise ValueError(f"{k} overflows {dt}: its values reach "
+                       f"{float(np.abs(v).max()):.3g}; save in a wider dtype")
+  return converted
 
 
 def hf_tensor_names(config: model_lib.ModelConfig) -> set[str]:
@@ -320,16 +328,22 @@ def save_pretrained(path: str, config: model_lib.ModelConfig, params: Params,
   """Writes a Hugging Face folder (config.json, safetensors, tokenizer).
 
   Shards larger models into `model-0000i-of-0000n.safetensors` files with a
-  `model.safetensors.index.json`, as transformers does.
+  `model.safetensors.index.json`, as transformers does. Over an earlier save,
+  the new files are written under temporary names first; the old weights go
+  only once all of them are complete, and config.json is replaced last. A
+  bad `dtype` (or one the weights overflow) leaves the folder as it was.
   """
+  tensors = params_to_hf_tensors(config, params, dtype=dtype)  # may raise
+  hf_cfg = config.to_hf()
+  if dtype:
+    hf_cfg["torch_dtype"] = dtype
   os.makedirs(path, exist_ok=True)
-  # Weights of an earlier save would be read instead of (or mixed with) these:
-  # an index left behind wins over a new single file.
-  for name in os.listdir(path):
-    if re.fullmatch(r"model(-\d+-of-\d+)?\.safetensors(\.index\.json)?",
-                    name):
-      os.remove(os.path.join(path, name))
-  tensors = params_to_hf_tensors(config, params, dtype=dtype)
+  written: list[str] = []  # final names, each first written as NAME.tmp
+
+  def tmp(name):
+    written.append(name)
+    return os.path.join(path, name + ".tmp")
+
   shards: list[dict[str, np.ndarray]] = [{}]
   size = 0
   for name in sorted(tensors):
@@ -339,20 +353,25 @@ def save_pretrained(path: str, config: model_lib.ModelConfig, params: Params,
     shards[-1][name] = tensors[name]
     size += tensors[name].nbytes
   if len(shards) == 1:
-    write_safetensors(os.path.join(path, "model.safetensors"), shards[0])
+    write_safetensors(tmp("model.safetensors"), shards[0])
   else:
     weight_map = {}
     for i, shard in enumerate(shards):
       fname = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
-      write_safetensors(os.path.join(path, fname), shard)
+      write_safetensors(tmp(fname), shard)
       weight_map.update({k: fname for k in shard})
-    with open(os.path.join(path, "model.safetensors.index.json"), "w") as f:
+    with open(tmp("model.safetensors.index.json"), "w") as f:
       json.dump({"metadata": {}, "weight_map": weight_map}, f, indent=1)
-  hf_cfg = config.to_hf()
-  if dtype:
-    hf_cfg["torch_dtype"] = dtype
-  with open(os.path.join(path, "config.json"), "w") as f:
+  with open(tmp("config.json"), "w") as f:
     json.dump(hf_cfg, f, indent=1)
+  # Weights of an earlier save would be read instead of (or mixed with) these:
+  # an index left behind wins over a new single file.
+  for name in os.listdir(path):
+    if (re.fullmatch(r"model(-\d+-of-\d+)?\.safetensors(\.index\.json)?",
+                     name) and name not in written):
+      os.remove(os.path.join(path, name))
+  for name in written:  # config.json last
+    os.replace(os.path.join(path, name + ".tmp"), os.path.join(path, name))
   if tokenizer is not None:
     tokenizer.save_pretrained(path)
 
@@ -441,6 +460,11 @@ def load_gguf(path: str | None = None, *, shardings: Params | None = None,
     fields[k] = f.contents()
   tensors = {t.name: t for t in reader.tensors}
   tied = "output.weight" not in tensors
+  scaling = sorted(k for k in fields if ".rope.scaling." in k)
+  if scaling or "rope_freqs.weight" in tensors:
+    raise ValueError(f"GGUF file {path!r} uses RoPE scaling "
+                     f"({scaling or ['rope_freqs.weight']}), which load_gguf "
+                     "does not apply; load the model's Hugging Face folder")
   config = gguf_config(fields, tied=tied, **overrides)
   names = {
       "model.embed_tokens.weight": "token_embd.weight",
@@ -459,6 +483,10 @@ def load_gguf(path: str | None = None, *, shardings: Params | None = None,
         ("mlp.up_proj.weight", "ffn_up.weight"),
         ("mlp.down_proj.weight", "ffn_down.weight")]:
       names[f"model.layers.{i}.{hf_name}"] = f"blk.{i}.{g}"
+  unused = sorted(set(tensors) - set(names.values()))
+  if unused:  # dropping them would make the model silently wrong
+    raise ValueError(f"GGUF file {path!r} holds {len(unused)} tensor(s) the "
+                     f"Llama layout does not use, e.g. {unused[:5]}")
 
   def get(name):
     g = names[name]

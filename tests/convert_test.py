@@ -31,6 +31,10 @@ def test_round_trip_keeps_every_tensor(tmp_path):
   hf.save_pretrained(src, config, params)
   with open(os.path.join(src, "tokenizer_config.json"), "w") as f:
     json.dump({"model_max_length": 256}, f)
+  # Weights in other formats stay behind: a loader could prefer them.
+  for name in ("pytorch_model.bin", "pytorch_model.bin.index.json"):
+    with open(os.path.join(src, name), "w") as f:
+      f.write("{}")
 
   convert.main(["hf_to_orbax", f"--src={src}", f"--dst={ckpt}",
                 "--mesh=2,2,2"])

@@ -170,6 +170,48 @@ def test_roundtrip_save_load(tmp_path):
   jax.tree.map(np.testing.assert_array_equal, params, params3)
 
 
+def test_a_failed_save_leaves_the_folder_as_it_was(tmp_path):
+  config = testing.tiny_config(family="llama")
+  params = model_lib.init_params(config, jax.random.key(1))
+  folder = str(tmp_path / "m")
+  hf.save_pretrained(folder, config, params, max_shard_bytes=20_000)
+  before = sorted(os.listdir(folder))
+  assert "model.safetensors.index.json" in before
+  with pytest.raises(TypeError):
+    hf.save_pretrained(folder, config, params, dtype="bf16")  # not a dtype
+  big = jax.tree.map(lambda x: x, params)
+  big["final_norm"]["scale"] = big["final_norm"]["scale"].at[0].set(1e6)
+  with pytest.raises(ValueError, match="model.norm.weight overflows float16"):
+    hf.save_pretrained(folder, config, big, dtype="float16")
+  assert sorted(os.listdir(folder)) == before
+  _, back = hf.load_pretrained(folder)
+  jax.tree.map(np.testing.assert_array_equal, params, back)
+  # One file over a sharded save: the shards and their index go.
+  hf.save_pretrained(folder, config, params)
+  assert sorted(os.listdir(folder)) == ["config.json", "model.safetensors"]
+  _, back = hf.load_pretrained(folder)
+  jax.tree.map(np.testing.assert_array_equal, params, back)
+
+
+def test_gguf_tensors_the_layout_does_not_use_are_refused(monkeypatch):
+  import gguf  # pylint: disable=g-import-not-at-top
+  real = gguf.GGUFReader(hf.smollm2_gguf_path())
+
+  class Extra:
+    name = "blk.0.attn_q.bias"
+
+  class Reader:
+    fields, tensors = real.fields, list(real.tensors) + [Extra()]
+
+  monkeypatch.setattr(gguf, "GGUFReader", lambda path: Reader())
+  with pytest.raises(ValueError, match="holds 1 tensor.s. the Llama layout "
+                     "does not use, e.g. \\['blk.0.attn_q.bias'\\]"):
+    hf.load_gguf()
+  Extra.name = "rope_freqs.weight"  # Llama 3's RoPE scaling
+  with pytest.raises(ValueError, match="uses RoPE scaling"):
+    hf.load_gguf()
+
+
 def test_missing_shard_is_named(tmp_path):
   ref = hf_reference.torch_model("llama")
   ref.save_pretrained(tmp_path, max_shard_size="20KB")
