@@ -30,8 +30,8 @@ def main(argv=None) -> None:
   if args.max_new_tokens < 1:
     parser.error(f"--max_new_tokens must be at least 1, got "
                  f"{args.max_new_tokens}")
-  if args.temperature < 0:
-    parser.error(f"--temperature must be >= 0 (0: greedy), got "
+  if not args.temperature >= 0 or args.temperature == float("inf"):
+    parser.error(f"--temperature must be a number >= 0 (0: greedy), got "
                  f"{args.temperature}")
 
   t0 = time.time()
@@ -57,10 +57,13 @@ def main(argv=None) -> None:
            for p in args.prompts]
   method = sampler.at_temperature(args.temperature)
   t0 = time.time()
-  replies = sampler.generate_text(params, config, tok, texts,
-                                  max_new_tokens=args.max_new_tokens,
-                                  sampling=method,
-                                  rng=jax.random.key(args.seed))
+  try:  # a prompt or budget past the model's context, say
+    replies = sampler.generate_text(params, config, tok, texts,
+                                    max_new_tokens=args.max_new_tokens,
+                                    sampling=method,
+                                    rng=jax.random.key(args.seed))
+  except ValueError as e:
+    raise SystemExit(f"error: {e}") from None
   for p, r in zip(args.prompts, replies):
     print(f"\n>>> {p}\n{r.strip()}")
   print(f"\n(generated in {time.time() - t0:.1f}s, compilation included)")

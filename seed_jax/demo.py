@@ -184,7 +184,10 @@ def evaluate_skills(policy: rollout_lib.Policy, params, *, split: str,
     was: without the skill that is chance, with it, following),
     "plain_follow_episodes", "skill_follow_episodes" (how many episodes
     those shares count), "parse_rate",
-    "analysis_skill_f1" (parsed skill vs the annotator's), "tasks"}.
+    "analysis_skill_f1" (parsed skill vs the annotator's, averaged over
+    every episode, an unparsed analysis counting 0),
+    "analysis_prompts_cut" (analysis prompts cut on the left to the largest
+    bucket), "tasks"}.
   """
   rng_plain, rng_an, rng_skill = jax.random.split(rng, 3)
   seeds = envs_base.split_seeds(split, num_tasks)
@@ -312,8 +315,9 @@ def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
   """Builds, trains and measures the demo policy.
 
   Two `sft.sft` runs (AdamW, warm-up, cosine): first on `transcripts` of
-  the acting records (every token), then on the records themselves (reply
-  tokens only; acting, skill following and analysis mixed).
+  all the records (every token; acting, skill following and the analyses
+  that fit `lm_tokens`), then on a share of the records themselves (reply
+  tokens only; the same kinds mixed).
 
   Args:
     num_tasks: train-split tasks demonstrated (see

@@ -193,8 +193,9 @@ def demonstrations(*, num_tasks: int, seed: int = 0, max_steps: int = 20,
   Per task (seed s of the train split):
     * "act": every valid step of an imperfect expert (no peeking, `noise`,
       and `repeat` slips whose "Nothing happens." the next prompts show, so
-      that recovering is demonstrated, never the slip) with the plain rollout
-      prompt;
+      that recovering is demonstrated) with the plain rollout prompt. A slip
+      that is still a valid action (heating an object again, "look") is a
+      valid step and is kept, its reasoning that of the step before;
     * "skill" (the first `skill_fraction` of tasks, in a seeded order): every
       valid step of a better expert (peeking, `skill_noise`, slips as
       above) whose prompt carries

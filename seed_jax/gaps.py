@@ -13,8 +13,9 @@ use skills from one whose skills are wrong), scores every analyzed sample
 under the ordinary and the skill-augmented prompt, and splits the per-token
 gap skill_logp - old_logp by token kind and by the episode's outcome.
 Kinds (`token_kinds`):
-  "reasoning place": the place named after "Try " in the reasoning (the
-    demo's replies name the place they search there);
+  "reasoning place": the place named after "Try " in the reasoning (with
+    `search_hint`, as in demo_follow.gin, the demo's replies name the place
+    they search there; without it, as in demo.gin, this kind is empty);
   "action place": the object of a "go to" action;
   "other action": the rest of the text inside <action> </action>;
   "other": reasoning, tags and everything else.

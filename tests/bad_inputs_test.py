@@ -271,7 +271,9 @@ def test_no_room_for_the_checkpoints_stops_the_run_before_an_update(
 def test_chat_bad_flags_and_folders_are_clear_errors(tmp_path, capsys):
   from seed_jax import chat  # pylint: disable=g-import-not-at-top
   for flags, message in ((["--max_new_tokens=-1"], "--max_new_tokens must"),
-                         (["--temperature=-1"], "--temperature must")):
+                         (["--temperature=-1"], "--temperature must"),
+                         (["--temperature=nan"], "--temperature must"),
+                         (["--temperature=inf"], "--temperature must")):
     with pytest.raises(SystemExit):
       chat.main(flags + ["hi"])
     assert message in capsys.readouterr().err
@@ -286,3 +288,10 @@ def test_chat_bad_flags_and_folders_are_clear_errors(tmp_path, capsys):
   with pytest.raises(SystemExit, match="error: the tokenizer of .*base has "
                      "no chat template"):
     chat.main([f"--model_dir={folder}", "hi"])
+  # A reply budget past the model's context is one line, not a traceback.
+  chat_folder = str(tmp_path / "chat")
+  hf.save_pretrained(chat_folder, policy.config, policy.params)
+  testing.tiny_policy(vocab_size=400).tokenizer.save_pretrained(chat_folder)
+  with pytest.raises(SystemExit, match="error: prompt bucket .* exceeds the "
+                     "model's context"):
+    chat.main([f"--model_dir={chat_folder}", "--max_new_tokens=5000", "hi"])
