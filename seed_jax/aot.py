@@ -1,10 +1,14 @@
 r"""Ahead-of-time fit check: does the train step (and the sampler) fit a pod?
 
-Lowers and compiles `train_step.train_step` and `sampler.sample` for a target
-mesh built from fake CPU devices, one per chip of the topology, and reports
-XLA's per-device memory (arguments, outputs, temporaries, generated code)
-against the chip's HBM. No weights are allocated: parameters, optimizer
-state and batches are `ShapeDtypeStruct`s with shardings.
+Lowers and compiles `train_step.train_step` for a target mesh built from fake
+CPU devices, one per chip of the topology, and `sampler.sample` as the
+trainer runs it: on one chip per host, with a full copy of the parameters
+(`RLTrainer.local_params`) beside that chip's shard of the training state.
+It reports XLA's per-device memory (arguments, outputs, temporaries,
+generated code) against the chip's HBM. No weights are allocated:
+parameters, optimizer state and batches are `ShapeDtypeStruct`s with
+shardings. The KV cache is counted in the model's compute dtype, as on an
+accelerator (on CPU the sampler keeps it in float32).
 
   python -m seed_jax.aot --model=qwen2_5_3b --topology=v5p-8
   python -m seed_jax.aot --model=qwen2_5_7b --topology=v4-16 --mesh=1,4,2 \
@@ -143,21 +147,23 @@ def compile_train_step(config, mesh, *, batch: int, prompt_len: int,
   return step.lower(state, mb).compile()
 
 
-def compile_sampler(config, mesh, *, batch: int, prompt_len: int,
-                    max_new_tokens: int):
-  """`sampler.sample` (temperature 1) on the mesh, compiled."""
-  params = checkpoints.abstract_tree(model_lib.param_shapes(config),
-                                     partitioning.param_shardings(config, mesh))
-  rows = partitioning.batch_sharding(mesh, 2)
+def compile_sampler(config, device: jax.Device, *, batch: int,
+                    prompt_len: int, max_new_tokens: int):
+  """`sampler.sample` (temperature 1) as the trainer calls it: every
+  parameter on one `device`, a host's `batch` rows; compiled."""
+  one = jax.sharding.SingleDeviceSharding(device)
+  params = checkpoints.abstract_tree(
+      model_lib.param_shapes(config),
+      jax.tree.map(lambda _: one, model_lib.param_shapes(config)))
   key = jax.eval_shape(lambda: jax.random.key(0))
   return sampler_lib.sample.lower(
-      params, _sds((batch, prompt_len), jnp.int32, rows),
-      _sds((batch, prompt_len), jnp.int32, rows),
-      _sds(key.shape, key.dtype, partitioning.replicated(mesh)),
-      config=config, max_new_tokens=max_new_tokens,
-      sampling=sampler_lib.Temperature(1.0),
-      eos_ids=tuple(config.eos_token_ids),
-      pad_id=config.pad_token_id or 0).compile()
+      params, _sds((batch, prompt_len), jnp.int32, one),
+      _sds((batch, prompt_len), jnp.int32, one),
+      _sds(key.shape, key.dtype, one), config=config,
+      max_new_tokens=max_new_tokens, sampling=sampler_lib.Temperature(1.0),
+      eos_ids=tuple(config.eos_token_ids), pad_id=config.pad_token_id or 0,
+      live=_sds((batch,), jnp.bool_, one),
+      cache_dtype=jnp.dtype(config.dtype).name).compile()
 
 
 def fit_report(config: model_lib.ModelConfig, *, topology: str,
@@ -175,14 +181,17 @@ def fit_report(config: model_lib.ModelConfig, *, topology: str,
     mesh_shape: (data, fsdp, tensor), one size may be -1.
     batch: rows per optimizer step (the mini-batch), micro_batches of it
       at a time; prompt_len/response_len: the padded lengths.
-    sample_batch, max_new_tokens: rows and decode budget of one sampler call.
+    sample_batch, max_new_tokens: rows and decode budget of one host's
+      sampler call (its share of a rollout's rows, padded to a power of two).
     remat: rematerialize decoder blocks in the backward pass.
     hbm_gib: per-chip memory (default the topology's).
     devices: the devices to use (default the first `chips` of this host).
 
   Returns:
     {"topology", "mesh", "hbm_bytes", "train_step": Memory,
-     "sampler": Memory, "fits": bool}.
+     "sampler": Memory (on one chip, the full parameters among its
+     arguments), "rollout_peak" (that chip's training-state shard, which
+     stays resident, plus the sampler's peak), "fits": bool}.
 
   Raises:
     ValueError: fewer devices than the topology's chips.
@@ -199,12 +208,15 @@ def fit_report(config: model_lib.ModelConfig, *, topology: str,
       config, mesh, batch=batch, prompt_len=prompt_len,
       response_len=response_len, micro_batches=micro_batches, remat=remat))
   sample = Memory.of(compile_sampler(
-      config, mesh, batch=sample_batch, prompt_len=prompt_len,
+      config, devices[0], batch=sample_batch, prompt_len=prompt_len,
       max_new_tokens=max_new_tokens))
+  # The train step's arguments are the state shard (and one micro-batch):
+  # the state stays on the chip while it samples.
+  rollout = train.argument + sample.peak
   hbm = int((hbm_gib or topo.hbm_gib) * GIB)
   return {"topology": topology, "mesh": dict(mesh.shape), "hbm_bytes": hbm,
-          "train_step": train, "sampler": sample,
-          "fits": max(train.peak, sample.peak) <= hbm}
+          "train_step": train, "sampler": sample, "rollout_peak": rollout,
+          "fits": max(train.peak, rollout) <= hbm}
 
 
 def _size(n: int) -> str:
@@ -222,6 +234,9 @@ def format_report(report: dict[str, Any]) -> str:
     m = report[name]
     vals = (m.argument, m.output, m.alias, m.temp, m.code, m.peak)
     lines.append(f"{name:11s}" + "".join(f"{_size(v):>12s}" for v in vals))
+  lines.append(f"rollout, on the chip that samples: its state shard + the "
+               f"sampler's peak (full parameters) = "
+               f"{_size(report['rollout_peak'])}")
   lines.append("fits" if report["fits"] else "does NOT fit")
   return "\n".join(lines)
 

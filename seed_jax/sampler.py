@@ -155,14 +155,15 @@ def _match_step(table: jax.Array, matched: jax.Array, token: jax.Array
 @functools.partial(
     jax.jit,
     static_argnames=("config", "max_new_tokens", "sampling", "eos_ids",
-                     "stop_seqs", "pad_id"))
+                     "stop_seqs", "pad_id", "cache_dtype"))
 def sample(params: model_lib.Params, prompts: jax.Array, mask: jax.Array,
            rng: jax.Array, *, config: model_lib.ModelConfig,
            max_new_tokens: int, sampling: Sampling = Greedy(),
            eos_ids: tuple[int, ...] = (),
            stop_seqs: tuple[tuple[int, ...], ...] = (),
            stop_table: jax.Array | None = None,
-           pad_id: int = 0, live: jax.Array | None = None) -> SampleOutput:
+           pad_id: int = 0, live: jax.Array | None = None,
+           cache_dtype: str | None = None) -> SampleOutput:
   """Samples up to `max_new_tokens` tokens after left-padded prompts.
 
   Args:
@@ -182,6 +183,8 @@ def sample(params: model_lib.Params, prompts: jax.Array, mask: jax.Array,
     live: [B] bool, False on filler rows (e.g. padding up to a row bucket):
       they start done, so they sample nothing (length 0) and do not keep
       the loop running. None: every row is live.
+    cache_dtype: of the KV cache (None: float32 on CPU, else the model's
+      compute dtype).
 
   Returns:
     SampleOutput with tokens/logprobs [B, N], lengths and done [B].
@@ -234,8 +237,9 @@ def sample(params: model_lib.Params, prompts: jax.Array, mask: jax.Array,
   # Prefill: the whole prompt in one forward, keys/values into slots [0, P).
   # Float32 keys and values on CPU: XLA:CPU updates and reads a 16-bit cache
   # with extra copies and conversions (decode steps 20% slower in bfloat16).
-  cache = model_lib.init_cache(
-      c, B, S, dtype=jnp.float32 if jax.default_backend() == "cpu" else None)
+  if cache_dtype is None and jax.default_backend() == "cpu":
+    cache_dtype = "float32"
+  cache = model_lib.init_cache(c, B, S, dtype=cache_dtype)
   kv_mask = jnp.concatenate([mask, jnp.zeros((B, N), bool)], axis=1)
   positions = model_lib.positions_from_mask(mask)
   hidden, cache = model_lib.forward(params, prompts, positions, kv_mask,

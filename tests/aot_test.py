@@ -38,7 +38,20 @@ def test_tiny_train_step_and_sampler_fit_v4_16():
   assert 0 < train.argument < 3 * params / 2
   assert train.alias > 0  # the state is donated
   assert train.peak > 0 and report["sampler"].peak > 0
+  # The sampler runs on one chip with every parameter, beside that chip's
+  # state shard (as `RLTrainer.local_params` places them).
+  assert report["sampler"].argument >= params
+  assert report["rollout_peak"] == train.argument + report["sampler"].peak
   assert report["fits"]
+  # A chip that holds the state shard and the sampler apart but not together
+  # does not fit.
+  need = max(train.peak, report["sampler"].peak)
+  assert report["rollout_peak"] > need
+  tight = aot.fit_report(config, topology="v4-16", mesh_shape=(2, 2, 2),
+                         batch=8, micro_batches=2, prompt_len=32,
+                         response_len=16, sample_batch=8, max_new_tokens=8,
+                         hbm_gib=(need + report["rollout_peak"]) / 2 / 2**30)
+  assert not tight["fits"]
   text = aot.format_report(report)
   assert "train_step" in text and "sampler" in text and text.endswith("fits")
   assert aot.format_report(dict(report, fits=False)).endswith("does NOT fit")
