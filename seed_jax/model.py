@@ -169,7 +169,25 @@ class ModelConfig:
     return cls(**kw)
 
   def to_hf(self) -> dict[str, Any]:
-    """The Hugging Face `config.json` dict for this config."""
+    """The Hugging Face `config.json` dict for this config.
+
+    Raises:
+      ValueError: biases or norms that the family's config.json cannot say
+        (transformers would load such a folder as another model).
+    """
+    wrong = []
+    if self.family == "qwen2" and (not self.attention_bias or self.o_bias):
+      wrong.append("qwen2 has q/k/v biases and no output bias "
+                   "(attention_bias=True, o_bias=False)")
+    if self.family != "qwen2" and self.o_bias != self.attention_bias:
+      wrong.append(f"{self.family}'s attention_bias covers q, k, v and o "
+                   "alike (attention_bias == o_bias)")
+    if self.qk_norm != (self.family == "qwen3"):
+      wrong.append("q/k norms are Qwen3's and only Qwen3's "
+                   f"(qk_norm={self.family == 'qwen3'})")
+    if wrong:
+      raise ValueError(f"this {self.family} config cannot be written as a "
+                       f"Hugging Face config.json: {'; '.join(wrong)}")
     arch = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
             "qwen3": "Qwen3ForCausalLM"}[self.family]
     rope: dict[str, Any] = {"rope_type": "default", "rope_theta": self.rope_theta}

@@ -193,6 +193,22 @@ def test_a_failed_save_leaves_the_folder_as_it_was(tmp_path):
   jax.tree.map(np.testing.assert_array_equal, params, back)
 
 
+@pytest.mark.parametrize("family,kw,message", [
+    ("llama", dict(attention_bias=True), "attention_bias == o_bias"),
+    ("qwen2", dict(attention_bias=False), "q/k/v biases"),
+    ("qwen3", dict(qk_norm=False), "qk_norm=True"),
+    ("llama", dict(qk_norm=True), "qk_norm=False"),
+])
+def test_a_config_the_family_cannot_say_is_not_saved(tmp_path, family, kw,
+                                                     message):
+  # transformers would load such a folder without the extra biases or norms.
+  config = testing.tiny_config(family=family, **kw)
+  params = model_lib.init_params(config, jax.random.key(0))
+  with pytest.raises(ValueError, match=f"cannot be written .*{message}"):
+    hf.save_pretrained(str(tmp_path / "m"), config, params)
+  assert not (tmp_path / "m").exists()
+
+
 def test_gguf_tensors_the_layout_does_not_use_are_refused(monkeypatch):
   import gguf  # pylint: disable=g-import-not-at-top
   real = gguf.GGUFReader(hf.smollm2_gguf_path())
