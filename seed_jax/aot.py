@@ -152,9 +152,9 @@ def compile_sampler(config, device: jax.Device, *, batch: int,
   """`sampler.sample` (temperature 1) as the trainer calls it: every
   parameter on one `device`, a host's `batch` rows; compiled."""
   one = jax.sharding.SingleDeviceSharding(device)
-  params = checkpoints.abstract_tree(
-      model_lib.param_shapes(config),
-      jax.tree.map(lambda _: one, model_lib.param_shapes(config)))
+  shapes = model_lib.param_shapes(config)
+  params = checkpoints.abstract_tree(shapes,
+                                     jax.tree.map(lambda _: one, shapes))
   key = jax.eval_shape(lambda: jax.random.key(0))
   return sampler_lib.sample.lower(
       params, _sds((batch, prompt_len), jnp.int32, one),

@@ -449,16 +449,15 @@ def write_summary(out: str, md: str | None = None) -> dict[str, Any]:
     raise FileNotFoundError(f"no OUT/<method>/seed<S>/metrics.jsonl under "
                             f"{out}: no run has finished yet")
   status = _read_status(os.path.join(out, STATUS))
+  runs = {**status.get("other_runs", {}), **status.get("runs", {})}
   planned = {}
-  for run in {**status.get("other_runs", {}),
-              **status.get("runs", {})}.values():
+  for run in runs.values():
     if run.get("num_updates") is not None:
       planned.setdefault(run["method"], {})[int(run["seed"])] = int(
           run["num_updates"])
   summary = results.summarize(histories, planned=planned)
   if status:
     summary["commands"] = status.get("commands", [])
-    runs = {**status.get("other_runs", {}), **status.get("runs", {})}
     # The runs with numbers, in the tables' order.
     names = [f"{m}/seed{s}" for m, by_seed in histories.items()
              for s in by_seed]

@@ -168,14 +168,14 @@ def summarize(histories: Histories, *,
     out["methods"].append(method)
     steps = {s: cumulative_env_steps(r) for s, r in runs.items()}
     plan = {s: (planned or {}).get(method, {}).get(s) for s in runs}
+    finished = {s: plan[s] is None or max(steps[s]) >= plan[s] for s in runs}
     out["runs"][method] = {
         str(s): dict(last_update=max(steps[s]),
                      last_eval_update=max(evaluations(r, "seen"), default=None),
                      env_steps=steps[s][max(steps[s])], planned=plan[s],
-                     finished=plan[s] is None or max(steps[s]) >= plan[s])
+                     finished=finished[s])
         for s, r in runs.items()}
-    done = {s: r for s, r in runs.items()
-            if out["runs"][method][str(s)]["finished"]}
+    done = {s: r for s, r in runs.items() if finished[s]}
     out["unfinished"] += [f"{method}/seed{s}" for s in runs if s not in done]
     n = max(plan[s] if plan[s] is not None else max(steps[s]) for s in runs)
     out["num_updates"][method] = n
@@ -395,13 +395,12 @@ def markdown(summary: Mapping[str, Any], *, image_dir: str | None = None,
   lines = [f"## {title}", "",
            "Success in percent, mean ± sample std over seeds (the value alone "
            "for one seed), at each run's last evaluated update.", ""]
-  if summary.get("unfinished"):
+  late = [f"{m}/seed{s} (update {r['last_update']} of {r['planned']})"
+          for m in methods for s, r in summary["runs"][m].items()
+          if not r.get("finished", True)]
+  if late:
     lines += ["Left out of the success and sample-efficiency tables, not "
-              "finished: " + ", ".join(
-                  f"{name} (update {summary['runs'][m][s[4:]]['last_update']}"
-                  f" of {summary['runs'][m][s[4:]]['planned']})"
-                  for name in summary["unfinished"]
-                  for m, s in [name.split("/")]) + ".", ""]
+              f"finished: {', '.join(late)}.", ""]
   for split in SPLITS:
     fams = list(dict.fromkeys(f for m in methods
                               for f in summary["final"][m][split]))
