@@ -39,6 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
+from seed_jax import atomic
 from seed_jax import model as model_lib
 
 ITEMS = ("state", "reference", "rng", "host")
@@ -167,9 +168,7 @@ def write_manifest(step_dir: epath.PathLike, *, checksums: bool = True
   files = {os.fspath(p.relative_to(step_dir)):
            [p.stat().length, _crc32(p) if checksums else None]
            for p in _walk(step_dir)}
-  tmp = step_dir / f"{MANIFEST}.tmp"
-  tmp.write_text(json.dumps(files))
-  tmp.rename(step_dir / MANIFEST)
+  atomic.write_text(step_dir / MANIFEST, json.dumps(files))
 
 
 def check_manifest(step_dir: epath.PathLike) -> str | None:

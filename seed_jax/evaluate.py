@@ -42,9 +42,9 @@ import jax
 import numpy as np
 import optax
 
+from seed_jax import atomic
 from seed_jax import checkpoints
 from seed_jax import hf
-from seed_jax import results
 from seed_jax import rollout as rollout_lib
 from seed_jax import sampler as sampler_lib
 from seed_jax import trainer as trainer_lib
@@ -439,8 +439,8 @@ def main(argv=None) -> dict[str, Any]:
   out_csv = args.out_csv or os.path.splitext(out_json)[0] + ".csv"
   # The CSV first: a JSON on disk means the evaluation is complete (the
   # experiments' rescoring reuses it).
-  results.write_text_atomic(out_csv, csv_text(table))
-  results.write_text_atomic(out_json, json.dumps(report, indent=1) + "\n")
+  atomic.write_text(out_csv, csv_text(table))
+  atomic.write_text(out_json, json.dumps(report, indent=1) + "\n")
   print(f"update {step} of {workdir}, {args.num_tasks} tasks per split, "
         f"temperature {args.temperature}:\n{format_table(table)}\n"
         f"wrote {out_json} and {out_csv}", flush=True)

@@ -64,6 +64,7 @@ from typing import Any, Mapping, Sequence
 
 from etils import epath
 
+from seed_jax import atomic
 from seed_jax import results
 from seed_jax import sweep
 
@@ -194,7 +195,7 @@ def _now() -> str:
 
 
 def _write_json(path: str, data: Any) -> None:
-  results.write_text_atomic(path, json.dumps(data, indent=1))
+  atomic.write_text(path, json.dumps(data, indent=1))
 
 
 def execute(runs: Sequence[Run], num_updates: Mapping[str, int], *,
@@ -467,7 +468,7 @@ def write_summary(out: str, md: str | None = None) -> dict[str, Any]:
   for name, rows in (("summary.csv", results.final_rows(summary)),
                      ("sample_efficiency.csv",
                       results.efficiency_rows(summary))):
-    results.write_text_atomic(os.path.join(out, name),
+    atomic.write_text(os.path.join(out, name),
                               results.csv_text(rows))
   targets = [(out, ".")]
   if md:
@@ -478,7 +479,7 @@ def write_summary(out: str, md: str | None = None) -> dict[str, Any]:
                                               "success_vs_updates.png"))
     results.plot_curves(summary, os.path.join(
         folder, "success_vs_env_steps.png"), x="env_steps")
-  results.write_text_atomic(os.path.join(out, "summary.md"),
+  atomic.write_text(os.path.join(out, "summary.md"),
                             results.markdown(summary, image_dir=".") + "\n")
   if md:
     section = results.markdown(summary, image_dir=targets[1][1])
@@ -551,7 +552,7 @@ def rescore(out: str, *, num_tasks: int = 256, seed: int = 12345,
   text = results.rescored_markdown(summary)
   if command:
     text += f"\nProduced by:\n\n```bash\n{command}\n```\n"
-  results.write_text_atomic(os.path.join(out, "rescored.md"), text)
+  atomic.write_text(os.path.join(out, "rescored.md"), text)
   if md:
     _update_section(md, text, begin=RESCORED_BEGIN, end=RESCORED_END)
   return summary
@@ -561,7 +562,7 @@ def _update_section(md: str, text: str, *, begin: str, end: str) -> None:
   """Puts `text` between the markers in the Markdown file `md` (created if
   absent), rewriting the file whole or not at all."""
   old = epath.Path(md).read_text() if os.path.exists(md) else ""
-  results.write_text_atomic(md, replace_section(old, text, begin=begin,
+  atomic.write_text(md, replace_section(old, text, begin=begin,
                                                 end=end))
 
 

@@ -37,6 +37,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from seed_jax import atomic
+
 KINDS = ("reasoning place", "action place", "other action", "other")
 _WORD = re.compile(r"\w")
 
@@ -148,7 +150,6 @@ def main(argv=None) -> dict[str, Any]:
     raise SystemExit(f"error: --batches must be >= 1, got {args.batches}")
   import jax  # pylint: disable=g-import-not-at-top
   from seed_jax import evaluate  # pylint: disable=g-import-not-at-top
-  from seed_jax import results  # pylint: disable=g-import-not-at-top
   from seed_jax import train as train_lib  # pylint: disable=g-import-not-at-top
   from seed_jax import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
   train_lib.console_logging()
@@ -186,7 +187,7 @@ def main(argv=None) -> dict[str, Any]:
   name = "gaps" + ("_rules" if args.analyzer == "rules" else "")
   out = args.out_json or os.path.join(
       workdir, f"{name}_step_{args.step}.json" if args.step else f"{name}.json")
-  results.write_text_atomic(out, json.dumps(report, indent=1))
+  atomic.write_text(out, json.dumps(report, indent=1))
   print(f"{report['analyzed_samples']} analyzed samples "
         f"(analyses parsed {report['analyses_parsed']:.2f}); wrote {out}")
   return report

@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from seed_jax import atomic
 from seed_jax import losses
 
 if TYPE_CHECKING:
@@ -225,9 +226,8 @@ class MetricHistory:
   def write_jsonl(self, path: epath.PathLike) -> None:
     """Rewrites `path` with one JSON record per line (atomically)."""
     path = epath.Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in self.records))
-    tmp.replace(path)
+    atomic.write_text(
+        path, "".join(json.dumps(r) + "\n" for r in self.records))
 
 
 def plot_learning_curve(history: MetricHistory | Iterable[Mapping[str, Any]],

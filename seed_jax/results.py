@@ -492,12 +492,3 @@ def plot_curves(summary: Mapping[str, Any], path: str, *,
   fig.tight_layout()
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
   fig.savefig(path, format="png")
-
-
-def write_text_atomic(path: str, text: str) -> None:
-  """Writes `path` whole or not at all (a temporary file, then a rename)."""
-  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  tmp = path + ".tmp"
-  with open(tmp, "w") as f:
-    f.write(text)
-  os.replace(tmp, path)

@@ -23,6 +23,7 @@ import jax
 import numpy as np
 import tensorflow_datasets as tfds
 
+from seed_jax import atomic
 from seed_jax import distributed
 from seed_jax import rollout as rollout_lib
 from seed_jax import skills
@@ -118,9 +119,7 @@ class _Journal:
 
   @staticmethod
   def _write(path: epath.Path, value: Any) -> None:
-    tmp = path.parent / f"{path.name}.tmp{os.getpid()}"
-    tmp.write_text(json.dumps(value, ensure_ascii=False))
-    tmp.replace(path)
+    atomic.write_text(path, json.dumps(value, ensure_ascii=False))
 
   def _path(self, start: int) -> epath.Path:
     return self.folder / f"batch-{start:06d}.json"

@@ -33,6 +33,7 @@ import sys
 import traceback
 from typing import Any, Mapping, Sequence
 
+from seed_jax import atomic
 from seed_jax import results
 
 DEFAULT_METRICS = ("eval/seen/success", "eval/unseen/success", "success_rate",
@@ -194,10 +195,10 @@ def markdown(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 def write_summary(root: str, header, rows) -> str:
   """Writes summary.md and summary.csv under `root`; returns the markdown."""
   text = markdown(header, rows)
-  results.write_text_atomic(os.path.join(root, "summary.md"), text)
+  atomic.write_text(os.path.join(root, "summary.md"), text)
   buf = io.StringIO()
   csv.writer(buf).writerows([header, *rows])
-  results.write_text_atomic(os.path.join(root, "summary.csv"), buf.getvalue())
+  atomic.write_text(os.path.join(root, "summary.csv"), buf.getvalue())
   return text
 
 

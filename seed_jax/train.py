@@ -26,6 +26,7 @@ from etils import epath
 import gin
 import jax
 
+from seed_jax import atomic
 from seed_jax import checkpoints
 from seed_jax import distributed
 from seed_jax import evaluate as evaluate_lib
@@ -250,9 +251,7 @@ def write_config(path: epath.Path, text: str) -> None:
               if line[:1] in "+-" and line[:3] not in ("+++", "---")]
       logging.warning("%s: this start's settings differ from the last "
                       "one's:\n%s", path, "\n".join(diff[:40]))
-  tmp = path.parent / (path.name + ".tmp")
-  tmp.write_text(text)
-  tmp.replace(path)
+  atomic.write_text(path, text)
 
 
 def parse_flags(argv):

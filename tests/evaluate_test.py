@@ -121,7 +121,7 @@ def test_a_policy_folder_and_an_earlier_step(tiny_run, tmp_path):
                               temperature=0.4, max_steps=1,
                               history_length=2) == base
   assert not [n for n in os.listdir(os.path.dirname(base))
-              if n.endswith(".tmp")]
+              if ".tmp" in n]
 
 
 def test_bad_inputs_are_clear_errors(tiny_run, tmp_path):

@@ -1,0 +1,36 @@
+"""Small-file writes that a crash cannot leave half done.
+
+Every JSON, JSONL, CSV and Markdown file the library rewrites in place (run
+status, metrics history, Stage-1 journal, checkpoint manifests, reports) goes
+through `write_text`, so a reader sees the old file or the new one,
+never a prefix of the new one.
+"""
+
+from __future__ import annotations
+
+import os
+
+from etils import epath
+
+
+def write_text(path: epath.PathLike, text: str) -> None:
+  """Writes `text` to `path` whole or not at all.
+
+  The text goes to a temporary file beside `path` whose name carries the
+  process id (two writers never share one), which is then renamed over `path`.
+  The parent directory is created when missing; the temporary file is removed
+  when the write fails.
+
+  Args:
+    path: the file to write (local, or any path etils.epath handles).
+    text: its new content.
+  """
+  path = epath.Path(path)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  tmp = path.parent / f"{path.name}.tmp{os.getpid()}"
+  try:
+    tmp.write_text(text)
+    tmp.replace(path)
+  except BaseException:
+    tmp.unlink(missing_ok=True)
+    raise

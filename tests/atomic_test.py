@@ -1,0 +1,46 @@
+"""Tests for seed_jax.atomic."""
+
+import os
+
+from etils import epath
+import pytest
+
+from seed_jax import atomic
+
+
+def test_writes_whole_file_and_creates_the_parent(tmp_path):
+  path = tmp_path / "a" / "b" / "report.json"
+  atomic.write_text(path, "first")
+  assert path.read_text() == "first"
+  atomic.write_text(str(path), "second, longer than the first")
+  assert path.read_text() == "second, longer than the first"
+  assert os.listdir(path.parent) == ["report.json"]
+
+
+def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(
+    tmp_path, monkeypatch):
+  path = tmp_path / "status.json"
+  atomic.write_text(path, "old")
+
+  def broken_replace(self, target):
+    raise OSError(28, "No space left on device")
+
+  monkeypatch.setattr(type(epath.Path(path)), "replace", broken_replace)
+  with pytest.raises(OSError, match="No space left"):
+    atomic.write_text(path, "new")
+  assert path.read_text() == "old"
+  assert os.listdir(tmp_path) == ["status.json"]
+
+
+def test_temporary_name_is_per_process(tmp_path, monkeypatch):
+  seen = []
+  cls = type(epath.Path(tmp_path))
+  real_write_text = cls.write_text
+
+  def spy(self, text, *args, **kwargs):
+    seen.append(self.name)
+    return real_write_text(self, text, *args, **kwargs)
+
+  monkeypatch.setattr(cls, "write_text", spy)
+  atomic.write_text(tmp_path / "m.jsonl", "x\n")
+  assert seen == [f"m.jsonl.tmp{os.getpid()}"]
