@@ -468,8 +468,7 @@ def write_summary(out: str, md: str | None = None) -> dict[str, Any]:
   for name, rows in (("summary.csv", results.final_rows(summary)),
                      ("sample_efficiency.csv",
                       results.efficiency_rows(summary))):
-    atomic.write_text(os.path.join(out, name),
-                              results.csv_text(rows))
+    atomic.write_text(os.path.join(out, name), results.csv_text(rows))
   targets = [(out, ".")]
   if md:
     folder = os.path.splitext(md)[0]
@@ -480,7 +479,7 @@ def write_summary(out: str, md: str | None = None) -> dict[str, Any]:
     results.plot_curves(summary, os.path.join(
         folder, "success_vs_env_steps.png"), x="env_steps")
   atomic.write_text(os.path.join(out, "summary.md"),
-                            results.markdown(summary, image_dir=".") + "\n")
+                    results.markdown(summary, image_dir=".") + "\n")
   if md:
     section = results.markdown(summary, image_dir=targets[1][1])
     section += _provenance(summary, histories, out, md, targets[1])
@@ -562,8 +561,7 @@ def _update_section(md: str, text: str, *, begin: str, end: str) -> None:
   """Puts `text` between the markers in the Markdown file `md` (created if
   absent), rewriting the file whole or not at all."""
   old = epath.Path(md).read_text() if os.path.exists(md) else ""
-  atomic.write_text(md, replace_section(old, text, begin=begin,
-                                                end=end))
+  atomic.write_text(md, replace_section(old, text, begin=begin, end=end))
 
 
 def _provenance(summary, histories, out, md, target) -> str:

@@ -225,9 +225,7 @@ class MetricHistory:
 
   def write_jsonl(self, path: epath.PathLike) -> None:
     """Rewrites `path` with one JSON record per line (atomically)."""
-    path = epath.Path(path)
-    atomic.write_text(
-        path, "".join(json.dumps(r) + "\n" for r in self.records))
+    atomic.write_text(path, "".join(json.dumps(r) + "\n" for r in self.records))
 
 
 def plot_learning_curve(history: MetricHistory | Iterable[Mapping[str, Any]],

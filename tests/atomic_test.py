@@ -44,3 +44,21 @@ def test_temporary_name_is_per_process(tmp_path, monkeypatch):
   monkeypatch.setattr(cls, "write_text", spy)
   atomic.write_text(tmp_path / "m.jsonl", "x\n")
   assert seen == [f"m.jsonl.tmp{os.getpid()}"]
+
+
+def test_an_interrupted_write_leaves_no_partial_temporary(tmp_path,
+                                                          monkeypatch):
+  path = tmp_path / "summary.md"
+  atomic.write_text(path, "old")
+  cls = type(epath.Path(path))
+  real_write_text = cls.write_text
+
+  def interrupted(self, text, *args, **kwargs):
+    real_write_text(self, text[:2], *args, **kwargs)
+    raise KeyboardInterrupt
+
+  monkeypatch.setattr(cls, "write_text", interrupted)
+  with pytest.raises(KeyboardInterrupt):
+    atomic.write_text(path, "new text")
+  assert path.read_text() == "old"
+  assert os.listdir(tmp_path) == ["summary.md"]
