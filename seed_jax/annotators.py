@@ -205,7 +205,7 @@ def _household_failure(ep: Episode, gt: dict[str, Any], taken: list[str],
 # -- sokoban -----------------------------------------------------------------------
 
 
-def _runs(actions: list[str]) -> str:
+def run_text(actions: list[str]) -> str:
   """Run-length text of a move list: ["up", "up", "left"] -> "up x2, left"."""
   runs: list[list[Any]] = []
   for a in actions:
@@ -219,7 +219,7 @@ def _runs(actions: list[str]) -> str:
 def _sokoban(ep: Episode, gt: dict[str, Any]) -> tuple[str, str]:
   n, best = ep.length, gt["solution_length"]
   head = f"{n} steps on '{ep.task}'"
-  plan = f"The shortest plan here is {_runs(gt['solution'])}."
+  plan = f"The shortest plan here is {run_text(gt['solution'])}."
   if ep.success:
     return (f"Success in {head} (shortest solution {best}).",
             "Walk to the side of the box opposite its target, push it "

@@ -1,10 +1,11 @@
 """The demo policy's warm start: a small decoder trained from scratch.
 
 docs/algorithm.md §8: the demo stands in for a pretrained instruct model with
-a small llama-family decoder and a BPE tokenizer fitted to the household
-game's text.
+a small llama-family decoder and a BPE tokenizer fitted to the game's text
+(the household game, or text Sokoban with `env="sokoban"`).
 
-`warm_start` builds the records of `seed_jax.demonstrations` (acting,
+`warm_start` builds the records of `seed_jax.demonstrations` (or
+`seed_jax.demonstrations_sokoban`; acting,
 following a skill in context, analysis), the tokenizer and the model,
 fine-tunes it with `sft.sft` and measures plain success
 (`evaluate.evaluate_split`), success with the hindsight skill of the policy's own
@@ -26,6 +27,7 @@ import transformers
 
 from seed_jax import annotators
 from seed_jax import demonstrations as demos
+from seed_jax import demonstrations_sokoban as sokoban_demos
 from seed_jax import evaluate as evaluate_lib
 from seed_jax import model as model_lib
 from seed_jax import rollout as rollout_lib
@@ -46,6 +48,9 @@ from seed_jax.episodes import Episode
 VERSION = 2
 
 
+ENVS = (demos.ENV, sokoban_demos.ENV)  # the games with demonstrations
+
+
 # -- tokenizer and model -----------------------------------------------------
 
 
@@ -60,9 +65,14 @@ def household_names() -> tuple[str, ...]:
   return tuple(sorted(names))
 
 
+SOKOBAN_NAMES = ("up", "down", "left", "right", "row", "column")
+SOKOBAN_CELLS = "#_OX√PS"  # sokoban.py's text symbols
+
+
 def demo_tokenizer(records: Sequence[demos.Record], vocab_size: int = 2048, *,
                    phrases: bool = True,
-                   names: Sequence[str] | None = None):
+                   names: Sequence[str] | None = None,
+                   cells: str = ""):
   """A BPE tokenizer fitted to the records' prompts and responses.
 
   Args:
@@ -77,6 +87,9 @@ def demo_tokenizer(records: Sequence[demos.Record], vocab_size: int = 2048, *,
       two thirds of the tokens of `tokenizer.train_tokenizer`'s word-level
       BPE on household prompts. False: that tokenizer.
     names: words kept as tokens of their own (default: `household_names()`).
+    cells: grid symbols (e.g. `SOKOBAN_CELLS`): in a run of two or more of
+      them each is a token of its own, and a line break is one too, so that
+      a grid row of n squares is n tokens, whatever its content.
 
   Returns:
     A transformers fast tokenizer with pad id 0, eos id 1 and the chat
@@ -90,6 +103,9 @@ def demo_tokenizer(records: Sequence[demos.Record], vocab_size: int = 2048, *,
   # Punctuation runs (with the spaces around them), numbers, names.
   pattern = (r"\s*[^\w\s][^\w]*| ?\d+| ?\b(?:"
              + "|".join(map(re.escape, words)) + r")\b")
+  if cells:  # first: the punctuation runs above would swallow "#_#"
+    c = "[" + re.escape(cells) + "]"
+    pattern = rf"\n|{c}(?={c})|(?<={c}){c}|" + pattern
   tok = tokenizers.Tokenizer(tokenizers.models.BPE())
   tok.pre_tokenizer = tokenizers.pre_tokenizers.Sequence([
       tokenizers.pre_tokenizers.Split(tokenizers.Regex(pattern),
@@ -172,6 +188,7 @@ def _first_search_follows(episodes: Sequence[Episode],
 
 def evaluate_skills(policy: rollout_lib.Policy, params, *, split: str,
                     num_tasks: int, max_steps: int, history_length: int,
+                    env: str = demos.ENV,
                     temperature: float = 0.4, rng: jax.Array,
                     analysis_max_chars: int | None = 3000,
                     analysis_max_new_tokens: int = 96) -> dict[str, float]:
@@ -188,7 +205,8 @@ def evaluate_skills(policy: rollout_lib.Policy, params, *, split: str,
     {"plain_success", "plain_valid", "skill_success", "skill_valid",
     "plain_first_search_follows", "skill_first_search_follows" (share of
     episodes whose first valid "go to" heads where the skill says the object
-    was: without the skill that is chance, with it, following),
+    was, or on Sokoban whose first move is the first of the plan the skill
+    names: without the skill that is chance, with it, following),
     "plain_follow_episodes", "skill_follow_episodes" (how many episodes
     those shares count), "parse_rate",
     "analysis_skill_f1" (parsed skill vs the annotator's, averaged over
@@ -203,12 +221,12 @@ def evaluate_skills(policy: rollout_lib.Policy, params, *, split: str,
   sampling = sampler_lib.at_temperature(temperature)
 
   def play(rng_play, member_skills=None):
-    pool = envs_base.EnvPool(demos.ENV, num_groups=num_tasks, group_size=1,
+    pool = envs_base.EnvPool(env, num_groups=num_tasks, group_size=1,
                              split=split, max_steps=max_steps)
     gen = lambda p, r: policy.generate(params, p, r, sampling)
     if member_skills is not None:
       gen = _skill_context(gen, pool, member_skills)
-    return rollout_lib.rollout(gen, pool, rng_play, env_name=demos.ENV,
+    return rollout_lib.rollout(gen, pool, rng_play, env_name=env,
                                max_steps=max_steps,
                                history_length=history_length,
                                group_seeds=seeds)
@@ -240,8 +258,10 @@ def evaluate_skills(policy: rollout_lib.Policy, params, *, split: str,
     f1.append(stage1.skill_f1(got.skill, ref)
               if isinstance(got, skills.Analysis) else 0.0)
   second = play(rng_skill, hindsight)
-  plain_follows, plain_n = _first_search_follows(eps, hindsight)
-  skill_follows, skill_n = _first_search_follows(second.episodes, hindsight)
+  follows = (sokoban_demos.first_move_follows if env == sokoban_demos.ENV
+             else _first_search_follows)
+  plain_follows, plain_n = follows(eps, hindsight)
+  skill_follows, skill_n = follows(second.episodes, hindsight)
   return {
       "plain_first_search_follows": plain_follows,
       "skill_first_search_follows": skill_follows,
@@ -321,6 +341,11 @@ def _round_up(n: int, multiple: int) -> int:
   return -(-n // multiple) * multiple
 
 
+# warm_start's household-only options, at their defaults.
+_HOUSEHOLD_ONLY = dict(shuffle_search=False, repeat=0.1, search_hint=False,
+                       skill_relabel=False)
+
+
 def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
                history_length: int = 2, noise: float = 0.2,
                shuffle_search: bool = False, repeat: float = 0.1,
@@ -334,7 +359,7 @@ def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
                sft_fraction: float = 0.2, max_new_tokens: int = 32,
                analysis_max_new_tokens: int = 64, eval_tasks: int = 32,
                skill_eval_tasks: int = 32, temperature: float = 0.4,
-               buckets: Sequence[int] = BUCKETS):
+               buckets: Sequence[int] = BUCKETS, env: str = demos.ENV):
   """Builds, trains and measures the demo policy.
 
   Two `sft.sft` runs (AdamW, warm-up, cosine): first on `transcripts` of
@@ -373,6 +398,12 @@ def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
     skill_eval_tasks: eval_seen tasks of `evaluate_skills` (0: skip).
     temperature: evaluation sampling temperature (0: greedy).
     buckets: prompt-length buckets (reply phase and evaluation).
+    env: the game, one of `ENVS`. On "sokoban" the records come from
+      `demonstrations_sokoban.demonstrations` and `shuffle_search`,
+      `repeat`, `search_hint` and `skill_relabel` do not apply.
+
+  Raises:
+    ValueError: an unknown `env`, or a household-only option set on Sokoban.
 
   Returns:
     (config, params, tokenizer, report). The report holds record counts,
@@ -380,16 +411,29 @@ def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
     (`evaluate.evaluate_split`), `skills/...` (`evaluate_skills`) and per-phase
     seconds (`seconds/...`, wall clock; `seconds/cpu`, process time).
   """
+  if env not in ENVS:
+    raise ValueError(f"no demonstrations for env {env!r}; known: {ENVS}")
   times, t0, c0 = {}, time.time(), time.process_time()
-  records = demos.demonstrations(
-      num_tasks=num_tasks, seed=seed, max_steps=max_steps,
-      history_length=history_length, noise=noise,
-      shuffle_search=shuffle_search, repeat=repeat,
-      skill_fraction=skill_fraction, search_hint=search_hint,
-      skill_relabel=skill_relabel,
-      analysis_fraction=analysis_fraction,
-      analysis_max_chars=analysis_max_chars)
-  tokenizer = demo_tokenizer(records, vocab_size)
+  common = dict(num_tasks=num_tasks, seed=seed, max_steps=max_steps,
+                history_length=history_length, noise=noise,
+                skill_fraction=skill_fraction,
+                analysis_fraction=analysis_fraction,
+                analysis_max_chars=analysis_max_chars)
+  if env == sokoban_demos.ENV:
+    given = dict(shuffle_search=shuffle_search, repeat=repeat,
+                 search_hint=search_hint, skill_relabel=skill_relabel)
+    wrong = sorted(k for k, v in given.items() if v != _HOUSEHOLD_ONLY[k])
+    if wrong:
+      raise ValueError("household-only warm-start options set for sokoban: "
+                       + ", ".join(wrong))
+    records = sokoban_demos.demonstrations(**common)
+    tokenizer = demo_tokenizer(records, vocab_size, names=SOKOBAN_NAMES,
+                               cells=SOKOBAN_CELLS)
+  else:
+    records = demos.demonstrations(
+        **common, shuffle_search=shuffle_search, repeat=repeat,
+        search_hint=search_hint, skill_relabel=skill_relabel)
+    tokenizer = demo_tokenizer(records, vocab_size)
   config = demo_model_config(len(tokenizer), **dict(model or {}))
   texts = transcripts(records, tokenizer, max_tokens=lm_tokens)
   host = np.random.default_rng(seed)
@@ -438,7 +482,7 @@ def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
   for split in ("eval_seen", "eval_unseen") if eval_tasks else ():
     rng_eval, sub = jax.random.split(rng_eval)
     out = evaluate_lib.evaluate_split(
-        policy, params, env_name=demos.ENV, split=split, num_tasks=eval_tasks,
+        policy, params, env_name=env, split=split, num_tasks=eval_tasks,
         max_steps=max_steps, history_length=history_length,
         temperature=temperature, rng=sub, batch_groups=eval_tasks)
     report.update({f"{split[5:]}/{k}": v for k, v in out.items()})
@@ -447,7 +491,7 @@ def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
   if skill_eval_tasks:
     out = evaluate_skills(policy, params, split="eval_seen",
                           num_tasks=skill_eval_tasks, max_steps=max_steps,
-                          history_length=history_length,
+                          history_length=history_length, env=env,
                           temperature=temperature, rng=rng_eval,
                           analysis_max_chars=analysis_max_chars,
                           analysis_max_new_tokens=analysis_max_new_tokens)

@@ -158,7 +158,9 @@ def _explained(step, skill: str) -> bool:
   return not searching or _names(skill, step.action[len("go to "):])
 
 
-def _record(prompt: str, response: str, ep: Episode, kind: str) -> Record:
+def make_record(prompt: str, response: str, ep: Episode,
+                kind: str) -> Record:
+  """One record of `kind` from a step's prompt and response in `ep`."""
   return dict(prompt=prompt, response=response, task=ep.task,
               family=ep.family, success=bool(ep.success), kind=kind)
 
@@ -189,7 +191,7 @@ def _relabeled(ep: Episode, skill: str, *, hint: bool) -> list[Record]:
     if (not s.action_valid or f"Find a {t}." not in s.response
         or f"'go to {place}'" not in admissible):
       continue
-    out.append(_record(skills.build_skill_prompt(s.prompt, skill),
+    out.append(make_record(skills.build_skill_prompt(s.prompt, skill),
                        _reply_text(ep.task, f"Find a {t}.", f"go to {place}",
                                    hint=hint), ep, "skill"))
   return out
@@ -261,7 +263,7 @@ def demonstrations(*, num_tasks: int, seed: int = 0, max_steps: int = 20,
   kw = dict(max_steps=max_steps, history_length=history_length,
             repeat=repeat, hint=search_hint)
   plain = _play(seeds, expert(False, noise, shuffle_search), seed=seed, **kw)
-  records = [_record(s.prompt, s.response, ep, "act")
+  records = [make_record(s.prompt, s.response, ep, "act")
              for ep in plain for s in ep.steps if s.action_valid]
   idx = sorted(with_skill)
   if idx:
@@ -271,7 +273,7 @@ def demonstrations(*, num_tasks: int, seed: int = 0, max_steps: int = 20,
       skill = annotators.annotate_strict(plain[i])["episode_skill"]
       if not _names_start(skill, ep):
         skill = annotators.annotate_strict(ep)["episode_skill"]
-      records += [_record(skills.build_skill_prompt(s.prompt, skill),
+      records += [make_record(skills.build_skill_prompt(s.prompt, skill),
                           s.response, ep, "skill")
                   for s in ep.steps
                   if s.action_valid and _explained(s, skill)]
@@ -290,7 +292,7 @@ def demonstrations(*, num_tasks: int, seed: int = 0, max_steps: int = 20,
                 seed=seed + 2 + j, **kw)
     for ep in eps:
       prompt = skills.build_analysis_prompt(ep, max_chars=analysis_max_chars)
-      records.append(_record(
+      records.append(make_record(
           prompt.text, json.dumps(annotators.annotate_strict(ep)), ep,
           "analysis"))
   return records

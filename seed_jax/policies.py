@@ -112,7 +112,10 @@ def _demo_policy(seed: int, demo_kwargs: dict[str, Any],
   from seed_jax import demo  # pylint: disable=g-import-not-at-top
   folder = None
   if cache_dir:
-    key = json.dumps(dict(demo_kwargs, seed=seed, version=demo.VERSION),
+    # Household keys leave `env` out, as they did before Sokoban had a demo.
+    keyed = {k: v for k, v in demo_kwargs.items()
+             if (k, v) != ("env", "household")}
+    key = json.dumps(dict(keyed, seed=seed, version=demo.VERSION),
                      sort_keys=True)
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
     folder = epath.Path(cache_dir) / f"demo_seed{seed}_{digest}"
@@ -229,20 +232,26 @@ def prepare(workdir, *, seed: int = 0, source: str = "demo",
     stage1: run Stage 1 before RL (None: skip it, "SEED without Stage 1").
     env_name: the environment of Stage 1's rollouts.
     max_new_tokens: the per-turn response budget of Stage-1 rollouts.
-    demo_kwargs: arguments of `demo.warm_start`.
+    demo_kwargs: arguments of `demo.warm_start`; its `env` is `env_name`.
     cache_dir: a folder where demo warm starts are kept, keyed by seed,
       `demo_kwargs` and `demo.VERSION`, so that runs comparing methods on one
       seed train it once.
     teacher: an OpenAI-compatible teacher for Stage 1 with annotator="teacher".
 
   Raises:
-    ValueError: an unknown source, or (before the warm start) Stage 1 with
-      annotator="rule" on a game without annotation rules.
+    ValueError: an unknown source, a demo warm start for another game than
+      `env_name` or for one without demonstrations, or (before the warm
+      start) Stage 1 with annotator="rule" on a game without annotation
+      rules.
   """
   if source not in SOURCES:
     raise ValueError(f"unknown policy source {source!r}; known: {SOURCES}")
   if stage1 is not None:  # before the warm start trains
     _check_stage1_env(stage1, env_name)
+  demo_kwargs = dict(demo_kwargs or {})
+  if source == "demo" and demo_kwargs.setdefault("env", env_name) != env_name:
+    raise ValueError(f"demo_kwargs env {demo_kwargs['env']!r} is not the "
+                     f"run's env_name {env_name!r}")
   workdir = epath.Path(workdir)
   folder = workdir / "policy"
   if (folder / "config.json").exists():
@@ -252,7 +261,7 @@ def prepare(workdir, *, seed: int = 0, source: str = "demo",
     return policy
   overrides = {"dtype": dtype} if dtype else {}
   if source == "demo":
-    policy = _demo_policy(seed, dict(demo_kwargs or {}), cache_dir)
+    policy = _demo_policy(seed, demo_kwargs, cache_dir)
   elif source == "hf":
     if not model_dir:
       raise ValueError("source='hf' needs model_dir (a Hugging Face folder)")

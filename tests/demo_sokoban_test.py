@@ -1,0 +1,139 @@
+"""Demo warm start on text Sokoban: records, tokenizer, a miniature run."""
+
+import json
+import re
+
+import pytest
+
+from seed_jax import annotators
+from seed_jax import demo
+from seed_jax import demonstrations_sokoban as sd
+from seed_jax import policies
+from seed_jax import skills
+from seed_jax import stage1
+from seed_jax.envs import base as envs_base
+from seed_jax.episodes import Episode, Step
+
+_REPLY = re.compile(r"^<think>(Plan: [^<>]+|Try \w+\.)</think>"
+                    r"<action>(up|down|left|right)</action>$")
+
+
+@pytest.fixture(scope="module")
+def records():
+  return sd.demonstrations(num_tasks=12, seed=0, max_steps=15,
+                           skill_fraction=0.5, analysis_fraction=0.5)
+
+
+def test_records_have_the_stage1_fields_and_every_kind(records):
+  kinds = [r["kind"] for r in records]
+  assert kinds == sorted(kinds, key=("act", "skill", "analysis").index)
+  assert kinds.count("analysis") == 6
+  for r in records:
+    assert set(stage1.FIELDS) <= set(r)
+    assert r["family"] == "sokoban" and r["task"] in r["prompt"]
+
+
+def test_replies_name_the_remaining_plan_and_take_its_first_move(records):
+  for r in records:
+    if r["kind"] == "analysis":
+      continue
+    m = _REPLY.match(r["response"])
+    assert m, r["response"]
+    if m.group(1).startswith("Plan: "):
+      first = m.group(1)[len("Plan: "):].split(",")[0].split(" ")[0]
+      assert first.rstrip(".") == m.group(2)
+  assert sd.reply(["left", "left", "up", "right", "down"], "left") == (
+      "<think>Plan: left x2, up, right.</think><action>left</action>")
+  assert sd.reply(["left"], "up") == "<think>Try up.</think><action>up</action>"
+
+
+def test_skill_steps_play_the_plan_the_skill_names(records):
+  skill_records = [r for r in records if r["kind"] == "skill"]
+  assert skill_records
+  by_prompt_skill: dict[str, list[str]] = {}
+  for r in skill_records:
+    skill = re.search(r"The shortest plan here is ([^.]+)\.", r["prompt"])
+    assert skill, "a skill-following prompt without a plan"
+    action = _REPLY.match(r["response"]).group(2)
+    by_prompt_skill.setdefault(skill.group(1), []).append(action)
+  # The moves demonstrated under one skill spell out the plan it names.
+  for plan, actions in by_prompt_skill.items():
+    assert annotators.run_text(actions) == plan
+
+
+def test_fixed_play_follows_the_level_solution_not_a_new_search():
+  [ep] = sd._play(envs_base.split_seeds("train", 1, start=5), noise=0.0,
+                  max_steps=15, history_length=2, seed=0, fixed=True)
+  assert ep.success
+  assert [s.action for s in ep.steps] == ep.ground_truth["solution"]
+
+
+def test_analysis_responses_are_the_annotators_json(records):
+  analyses = [r for r in records if r["kind"] == "analysis"]
+  outcomes = {r["success"] for r in analyses}
+  assert outcomes == {True, False}  # noise up to 0.8 fails some levels
+  for r in analyses:
+    parsed = skills.parse_analysis(r["response"])
+    assert isinstance(parsed, skills.Analysis), r["response"]
+    assert json.loads(r["response"])["episode_skill"] == parsed.skill
+
+
+def test_first_move_follows_counts_only_skills_with_a_plan():
+  def ep(first, solution):
+    return Episode(env_name="sokoban", task="t", family="sokoban", seed=0,
+                   steps=[Step(observation="o", prompt="p", response="r",
+                               action=first, action_valid=True)],
+                   ground_truth={"solution": solution})
+  plan = "The shortest plan here is left, up."
+  share, n = sd.first_move_follows(
+      [ep("left", ["left", "up"]), ep("up", ["left", "up"]),
+       ep("up", ["up"])], [plan, plan, "Never push a box into a corner."])
+  assert (share, n) == (0.5, 2)
+
+
+def test_grid_squares_are_tokens_of_their_own(records):
+  tok = demo.demo_tokenizer(records, 512, names=demo.SOKOBAN_NAMES,
+                            cells=demo.SOKOBAN_CELLS)
+  grid = "######\n#_P#O#\n#X__S#"
+  pieces = [tok.decode([i]) for i in tok.encode(grid, add_special_tokens=False)]
+  assert pieces == list(grid)
+  assert tok.decode(tok.encode(records[0]["prompt"],
+                               add_special_tokens=False)) == records[0]["prompt"]
+  # Without `cells`, a punctuation run swallows the row.
+  plain = demo.demo_tokenizer(records, 512, names=demo.SOKOBAN_NAMES)
+  assert len(plain.encode(grid, add_special_tokens=False)) < len(grid)
+
+
+def test_household_only_options_and_unknown_games_are_refused():
+  with pytest.raises(ValueError, match="household-only.*search_hint"):
+    demo.warm_start(env="sokoban", num_tasks=2, search_hint=True)
+  with pytest.raises(ValueError, match="no demonstrations for env 'twx'"):
+    demo.warm_start(env="twx", num_tasks=2)
+  with pytest.raises(ValueError, match="is not the run's env_name"):
+    policies.prepare("unused", source="demo", stage1=None,
+                     env_name="household", demo_kwargs={"env": "sokoban"})
+
+
+def test_miniature_sokoban_warm_start_end_to_end(tmp_path):
+  kwargs = dict(num_tasks=4, max_steps=4, vocab_size=384, batch_size=4,
+                analysis_fraction=0.5, lm_tokens=512, eval_tasks=1,
+                skill_eval_tasks=2, buckets=(512,), analysis_max_chars=1200,
+                model=dict(hidden_size=32, num_layers=1, num_heads=2,
+                           num_kv_heads=1, intermediate_size=64,
+                           max_position_embeddings=768))
+  policy = policies.prepare(tmp_path / "run", seed=0, source="demo",
+                            stage1=None, env_name="sokoban",
+                            demo_kwargs=kwargs, cache_dir=str(tmp_path / "c"))
+  report = policy.report["warm_start"]
+  assert report["records/act"] > 0 and report["records/skill"] > 0
+  assert report["records/analysis"] == 2
+  for key in ("seen/success", "unseen/success", "skills/plain_success",
+              "skills/skill_success", "skills/parse_rate",
+              "skills/plain_first_search_follows",
+              "skills/skill_first_search_follows"):
+    assert 0.0 <= report[key] <= 1.0, key
+  # The evaluation played Sokoban levels, and the tokenizer is Sokoban's.
+  assert report["seen/tasks/sokoban"] == 1.0
+  assert policy.tokenizer.tokenize("#_X") == ["#", "_", "X"]
+  [folder] = list((tmp_path / "c").iterdir())
+  assert folder.name.startswith("demo_seed0_")
