@@ -205,21 +205,20 @@ def _household_failure(ep: Episode, gt: dict[str, Any], taken: list[str],
 # -- sokoban -----------------------------------------------------------------------
 
 
-def run_text(actions: list[str]) -> str:
-  """Run-length text of a move list: ["up", "up", "left"] -> "up x2, left"."""
-  runs: list[list[Any]] = []
-  for a in actions:
-    if runs and runs[-1][0] == a:
-      runs[-1][1] += 1
-    else:
-      runs.append([a, 1])
-  return ", ".join(a if n == 1 else f"{a} x{n}" for a, n in runs)
+PLAN = "The shortest plan here, move by move: "
+
+
+def plan_text(actions: list[str]) -> str:
+  """A move list numbered from step 1: ["up", "up", "left"] -> "1 up, 2 up,
+  3 left". The numbers are the rollout prompt's step numbers ("You are now at
+  step 3"), so that a reader following the plan finds its move by them."""
+  return ", ".join(f"{i} {a}" for i, a in enumerate(actions, 1))
 
 
 def _sokoban(ep: Episode, gt: dict[str, Any]) -> tuple[str, str]:
   n, best = ep.length, gt["solution_length"]
   head = f"{n} steps on '{ep.task}'"
-  plan = f"The shortest plan here is {run_text(gt['solution'])}."
+  plan = f"{PLAN}{plan_text(gt['solution'])}."
   if ep.success:
     return (f"Success in {head} (shortest solution {best}).",
             "Walk to the side of the box opposite its target, push it "

@@ -4,14 +4,14 @@ The Sokoban counterpart of `seed_jax.demonstrations`, in the same record
 format and kinds:
 
   * acting (no skill): an imperfect expert (the BFS solver, with a random
-    move at probability `noise`) answers "<think>Plan: left x2, up.</think>
-    <action>left</action>": its remaining optimal plan (at most
-    `PLAN_RUNS` runs) and the plan's first move, or "<think>Try up.</think>"
-    for a random move;
+    move at probability `noise`) answers "<think>Step 3: left.</think>
+    <action>left</action>", the step number of the prompt ("You are now at
+    step 3") and the move;
   * following a skill in context: the rule-based annotator's hindsight skill
-    names the level's shortest plan from the start ("The shortest plan here
-    is left x2, up."); with it in the prompt, the optimal expert plays that
-    plan from the start, so that every step's move is one the skill tells;
+    names the level's shortest plan from the start, numbered by step ("The
+    shortest plan here, move by move: 1 left, 2 left, 3 up."); with it in the
+    prompt, the optimal expert plays that plan, so that every step's move is
+    the one the skill numbers with that step;
   * analysis: the analysis prompt of an imperfect episode answered with the
     annotator's JSON.
 
@@ -37,28 +37,21 @@ from seed_jax.envs import sokoban
 from seed_jax.episodes import Episode
 
 ENV = "sokoban"
-PLAN_RUNS = 3  # runs of the remaining plan a reply's reasoning names
-_PLAN = "The shortest plan here is "
 
 
-def reply(plan: Sequence[str], action: str) -> str:
-  """A demonstrated response: the remaining plan and its first move.
+def reply(step: int, action: str) -> str:
+  """A demonstrated response at 1-based `step`: the step and the move.
 
-  Example: reply(["left", "left", "up"], "left") -> "<think>Plan: left x2,
-  up.</think><action>left</action>"; a move off the plan (a slip) is
-  "<think>Try up.</think><action>up</action>".
+  Example: reply(3, "left") -> "<think>Step 3: left.</think><action>left
+  </action>" (no space before "</action>"). The step number is the one a
+  numbered plan in the prompt (`annotators.plan_text`) gives the move.
   """
-  if plan and plan[0] == action:
-    runs = annotators.run_text(plan).split(", ")
-    why = "Plan: " + ", ".join(runs[:PLAN_RUNS]) + "."
-  else:
-    why = f"Try {action}."
-  return f"<think>{why}</think><action>{action}</action>"
+  return f"<think>Step {step}: {action}.</think><action>{action}</action>"
 
 
 def skill_plan(skill: str) -> bool:
   """Whether an annotator's skill names the level's shortest plan."""
-  return _PLAN in skill
+  return annotators.PLAN in skill
 
 
 def _scripted(pool: envs_base.EnvPool, *, noise: float, seed: int,
@@ -85,7 +78,8 @@ def _scripted(pool: envs_base.EnvPool, *, noise: float, seed: int,
         action = rng.choice(list(sokoban.ACTIONS))
       else:
         action = plan[0]
-      out.append(rollout_lib.Generation(reply(plan, action), [], [], []))
+      out.append(rollout_lib.Generation(reply(len(env.actions) + 1, action),
+                                        [], [], []))
     return out
 
   return generate

@@ -182,13 +182,14 @@ def test_sokoban_success_and_timeout():
   ep = _episode(env, 0, list(env.solution))
   out = annotators.annotate(ep)
   assert out["episode_summary"].startswith("Success in")
-  assert "The shortest plan here is" in out["episode_skill"]
+  assert annotators.PLAN in out["episode_skill"]
   env = envs.make("sokoban", max_steps=4)
   env.load_text("#######\n#P_X_O#\n#_____#\n#######")
   ep = _episode(env, 0, ["down", "up", "down", "up"], reset=False)
   out = annotators.annotate(ep)
   assert "stayed solvable" in out["episode_summary"]
-  assert out["episode_skill"].endswith("The shortest plan here is right x3.")
+  assert out["episode_skill"].endswith(
+      "The shortest plan here, move by move: 1 right, 2 right, 3 right.")
   env.load_text("#######\n#P_X_O#\n#_____#\n#######")
   ep = _episode(env, 0, ["jump"] * 4, reset=False)
   assert "exactly one of up, down, left, right" in annotators.annotate(ep)[

@@ -14,7 +14,7 @@ from seed_jax import stage1
 from seed_jax.envs import base as envs_base
 from seed_jax.episodes import Episode, Step
 
-_REPLY = re.compile(r"^<think>(Plan: [^<>]+|Try \w+\.)</think>"
+_REPLY = re.compile(r"^<think>Step (\d+): (up|down|left|right)\.</think>"
                     r"<action>(up|down|left|right)</action>$")
 
 
@@ -33,18 +33,20 @@ def test_records_have_the_stage1_fields_and_every_kind(records):
     assert r["family"] == "sokoban" and r["task"] in r["prompt"]
 
 
-def test_replies_name_the_remaining_plan_and_take_its_first_move(records):
+def test_replies_name_the_prompts_step_and_the_move(records):
   for r in records:
     if r["kind"] == "analysis":
       continue
     m = _REPLY.match(r["response"])
     assert m, r["response"]
-    if m.group(1).startswith("Plan: "):
-      first = m.group(1)[len("Plan: "):].split(",")[0].split(" ")[0]
-      assert first.rstrip(".") == m.group(2)
-  assert sd.reply(["left", "left", "up", "right", "down"], "left") == (
-      "<think>Plan: left x2, up, right.</think><action>left</action>")
-  assert sd.reply(["left"], "up") == "<think>Try up.</think><action>up</action>"
+    step, move, action = int(m.group(1)), m.group(2), m.group(3)
+    assert move == action
+    if step == 1:
+      assert "You are now at step" not in r["prompt"]
+    else:
+      assert f"You are now at step {step} " in r["prompt"]
+  assert sd.reply(3, "left") == (
+      "<think>Step 3: left.</think><action>left</action>")
 
 
 def test_skill_steps_play_the_plan_the_skill_names(records):
@@ -52,13 +54,15 @@ def test_skill_steps_play_the_plan_the_skill_names(records):
   assert skill_records
   by_prompt_skill: dict[str, list[str]] = {}
   for r in skill_records:
-    skill = re.search(r"The shortest plan here is ([^.]+)\.", r["prompt"])
+    skill = re.search(re.escape(annotators.PLAN) + r"([^.]+)\.", r["prompt"])
     assert skill, "a skill-following prompt without a plan"
-    action = _REPLY.match(r["response"]).group(2)
-    by_prompt_skill.setdefault(skill.group(1), []).append(action)
+    m = _REPLY.match(r["response"])
+    # The move is the one the plan numbers with the reply's step.
+    assert f"{m.group(1)} {m.group(3)}" in skill.group(1).split(", ")
+    by_prompt_skill.setdefault(skill.group(1), []).append(m.group(3))
   # The moves demonstrated under one skill spell out the plan it names.
   for plan, actions in by_prompt_skill.items():
-    assert annotators.run_text(actions) == plan
+    assert annotators.plan_text(actions) == plan
 
 
 def test_fixed_play_follows_the_level_solution_not_a_new_search():
@@ -84,7 +88,7 @@ def test_first_move_follows_counts_only_skills_with_a_plan():
                    steps=[Step(observation="o", prompt="p", response="r",
                                action=first, action_valid=True)],
                    ground_truth={"solution": solution})
-  plan = "The shortest plan here is left, up."
+  plan = annotators.PLAN + "1 left, 2 up."
   share, n = sd.first_move_follows(
       [ep("left", ["left", "up"]), ep("up", ["left", "up"]),
        ep("up", ["up"])], [plan, plan, "Never push a box into a corner."])
