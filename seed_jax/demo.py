@@ -499,9 +499,10 @@ def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
     logging.info(
         "demo warm start on %d seen tasks: success %.3f without a skill, "
         "%.3f with the annotator's hindsight skill of its own episode; first "
-        "search where that skill says: %.0f%% without it, %.0f%% with it; "
+        "%s where that skill says: %.0f%% without it, %.0f%% with it; "
         "%.0f%% of its analyses parse", skill_eval_tasks,
         out["plain_success"], out["skill_success"],
+        "move" if env == sokoban_demos.ENV else "search",
         100 * out["plain_first_search_follows"],
         100 * out["skill_first_search_follows"], 100 * out["parse_rate"])
   report["eval/prompts_cut"] = policy.prompts_truncated
