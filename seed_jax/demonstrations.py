@@ -93,23 +93,33 @@ def _scripted(pool: envs_base.EnvPool, make_expert: Callable[[int, Any], Any],
   last: dict[int, str] = {}
   rng = random.Random(seed)
 
+  def respond(i: int) -> str:
+    if i not in experts:
+      experts[i] = make_expert(i, pool.members[i])
+    if i in last and rng.random() < repeat:
+      action = last[i]
+    else:
+      action = experts[i].act()
+    last[i] = action
+    return reply(pool.members[i].world, action, hint=hint)
+
+  return scripted_generate(pool, respond)
+
+
+def scripted_generate(pool: envs_base.EnvPool,
+                      respond: Callable[[int], str]) -> rollout_lib.GenerateFn:
+  """A GenerateFn that answers each active pool member with `respond(i)`.
+
+  `rollout` asks for the members in `pool.active()` order, one prompt each;
+  the prompts themselves are not read (the experts see the envs).
+  """
+
   def generate(prompts: Sequence[str], key: jax.Array):
     del key
     active = pool.active()
     if len(active) != len(prompts):
       raise RuntimeError("prompts do not match the pool's active members")
-    out = []
-    for i in active:
-      if i not in experts:
-        experts[i] = make_expert(i, pool.members[i])
-      if i in last and rng.random() < repeat:
-        action = last[i]
-      else:
-        action = experts[i].act()
-      last[i] = action
-      text = reply(pool.members[i].world, action, hint=hint)
-      out.append(rollout_lib.Generation(text, [], [], []))
-    return out
+    return [rollout_lib.Generation(respond(i), [], [], []) for i in active]
 
   return generate
 

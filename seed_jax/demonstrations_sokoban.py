@@ -31,7 +31,7 @@ import numpy as np
 from seed_jax import annotators
 from seed_jax import rollout as rollout_lib
 from seed_jax import skills
-from seed_jax.demonstrations import Record, make_record
+from seed_jax.demonstrations import Record, make_record, scripted_generate
 from seed_jax.envs import base as envs_base
 from seed_jax.envs import sokoban
 from seed_jax.episodes import Episode
@@ -64,25 +64,17 @@ def _scripted(pool: envs_base.EnvPool, *, noise: float, seed: int,
   """
   rng = random.Random(seed)
 
-  def generate(prompts: Sequence[str], key: jax.Array):
-    del key
-    active = pool.active()
-    if len(active) != len(prompts):
-      raise RuntimeError("prompts do not match the pool's active members")
-    out = []
-    for i in active:
-      env = pool.members[i]
-      plan = (env.solution[len(env.actions):] if fixed
-              else sokoban.expert_actions(env))
-      if not plan or rng.random() < noise:
-        action = rng.choice(list(sokoban.ACTIONS))
-      else:
-        action = plan[0]
-      out.append(rollout_lib.Generation(reply(len(env.actions) + 1, action),
-                                        [], [], []))
-    return out
+  def respond(i: int) -> str:
+    env = pool.members[i]
+    plan = (env.solution[len(env.actions):] if fixed
+            else sokoban.expert_actions(env))
+    if not plan or rng.random() < noise:
+      action = rng.choice(list(sokoban.ACTIONS))
+    else:
+      action = plan[0]
+    return reply(len(env.actions) + 1, action)
 
-  return generate
+  return scripted_generate(pool, respond)
 
 
 def _play(seeds: Sequence[int], *, noise: float, max_steps: int,
