@@ -211,7 +211,8 @@ PLAN = "The shortest plan here, move by move: "
 def plan_text(actions: list[str]) -> str:
   """A move list numbered from step 1: ["up", "up", "left"] -> "1 up, 2 up,
   3 left". The numbers are the rollout prompt's step numbers ("You are now at
-  step 3"), so that a reader following the plan finds its move by them."""
+  step 3"; step 1's prompt has no such line), so that a reader following the
+  plan finds its move by them."""
   return ", ".join(f"{i} {a}" for i, a in enumerate(actions, 1))
 
 

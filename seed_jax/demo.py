@@ -206,7 +206,8 @@ def evaluate_skills(policy: rollout_lib.Policy, params, *, split: str,
     "plain_first_search_follows", "skill_first_search_follows" (share of
     episodes whose first valid "go to" heads where the skill says the object
     was, or on Sokoban whose first move is the first of the plan the skill
-    names: without the skill that is chance, with it, following),
+    names: without the skill that is the baseline (chance in the household
+    game; on Sokoban, what reading the grid gives), with it, following),
     "plain_follow_episodes", "skill_follow_episodes" (how many episodes
     those shares count), "parse_rate",
     "analysis_skill_f1" (parsed skill vs the annotator's, averaged over

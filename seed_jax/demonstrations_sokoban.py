@@ -161,8 +161,9 @@ def first_move_follows(episodes: Sequence[Episode],
                        member_skills: Sequence[str]) -> tuple[float, int]:
   """How often the first move is the first of the plan the skill names.
 
-  Counts the episodes whose skill names the level's shortest plan; returns
-  (share, count).
+  Counts the episodes whose skill names the level's shortest plan; a first
+  reply that is not a move (invalid, or "still") counts as not following.
+  Returns (share, count).
   """
   hits = total = 0
   for ep, skill in zip(episodes, member_skills):

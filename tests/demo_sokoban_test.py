@@ -52,16 +52,20 @@ def test_replies_name_the_prompts_step_and_the_move(records):
 def test_skill_steps_play_the_plan_the_skill_names(records):
   skill_records = [r for r in records if r["kind"] == "skill"]
   assert skill_records
-  by_prompt_skill: dict[str, list[str]] = {}
+  episodes: list[tuple[str, list[str]]] = []  # (plan, moves), in order
   for r in skill_records:
     skill = re.search(re.escape(annotators.PLAN) + r"([^.]+)\.", r["prompt"])
     assert skill, "a skill-following prompt without a plan"
     m = _REPLY.match(r["response"])
     # The move is the one the plan numbers with the reply's step.
     assert f"{m.group(1)} {m.group(3)}" in skill.group(1).split(", ")
-    by_prompt_skill.setdefault(skill.group(1), []).append(m.group(3))
-  # The moves demonstrated under one skill spell out the plan it names.
-  for plan, actions in by_prompt_skill.items():
+    if m.group(1) == "1":  # an episode's records are consecutive
+      episodes.append((skill.group(1), []))
+    assert episodes[-1][0] == skill.group(1)
+    episodes[-1][1].append(m.group(3))
+  # The moves of each episode spell out the plan its skill names.
+  assert len(episodes) == 6  # skill_fraction 0.5 of 12 levels
+  for plan, actions in episodes:
     assert annotators.plan_text(actions) == plan
 
 
