@@ -125,6 +125,44 @@ def make_writer(workdir: epath.PathLike, *, process_index: int | None = None,
       asynchronous=asynchronous)
 
 
+EVENTS_PATTERN = "events.out.tfevents.*"
+EARLIER_EVENTS = "earlier_events"
+
+
+def set_aside_events(workdir: epath.PathLike) -> epath.Path | None:
+  """Moves the event files an earlier start left in `workdir` aside.
+
+  A run killed after writing an update's scalars and before saving its
+  checkpoint has written points that the resumed run writes again, and
+  TensorBoard would draw both. So a (re)start moves the workdir's event files
+  into `earlier_events/<n>/` (n = 1, 2, ... per start that found some) and
+  replays its restored history into a fresh file (`MetricHistory.replay`):
+  the workdir's own TensorBoard run then holds exactly the updates of
+  `metrics.jsonl`, and the earlier files stay readable as runs of their own.
+  Call it on the writing process only, before `make_writer`.
+
+  Args:
+    workdir: the run's work directory.
+
+  Returns:
+    The folder the files went to, or None when there were none.
+  """
+  workdir = epath.Path(workdir)
+  found = sorted(workdir.glob(EVENTS_PATTERN)) if workdir.exists() else []
+  if not found:
+    return None
+  parent = workdir / EARLIER_EVENTS
+  taken = {p.name for p in parent.iterdir()} if parent.exists() else set()
+  n = 1
+  while str(n) in taken:
+    n += 1
+  target = parent / str(n)
+  target.mkdir(parents=True)
+  for path in found:
+    path.rename(target / path.name)
+  return target
+
+
 def _fmt(value: Any) -> str:
   if value is None:
     return "-"
@@ -222,6 +260,19 @@ class MetricHistory:
     pairs = [(r.get(x), r[key]) for r in self.records
              if r.get(key) is not None and r.get(x) is not None]
     return [p[0] for p in pairs], [p[1] for p in pairs]
+
+  def replay(self, writer: "metric_writers.MetricWriter") -> int:
+    """Writes every record's numeric scalars again, at its update.
+
+    Returns:
+      The number of records written.
+    """
+    for record in self.records:
+      scalars = {k: v for k, v in record.items()
+                 if k != "update" and isinstance(v, (int, float))}
+      if scalars:
+        writer.write_scalars(record["update"], scalars)
+    return len(self.records)
 
   def write_jsonl(self, path: epath.PathLike) -> None:
     """Rewrites `path` with one JSON record per line (atomically)."""

@@ -90,3 +90,20 @@ def scripted_rollouts(bad=lambda member: False):
     return out
 
   return pool_factory, generate
+
+
+def read_scalar_events(folder) -> list[tuple[str, int, float]]:
+  """(tag, step, value) of every scalar in `folder`'s own event files (not
+  its subfolders), in file order; a point written twice appears twice."""
+  import glob  # pylint: disable=g-import-not-at-top
+  import os  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  found = []
+  for path in sorted(glob.glob(os.path.join(os.fspath(folder),
+                                            "events.out.tfevents.*"))):
+    for event in tf.compat.v1.train.summary_iterator(path):
+      for v in event.summary.value:
+        value = (float(tf.make_ndarray(v.tensor)) if v.HasField("tensor")
+                 else v.simple_value)
+        found.append((v.tag, int(event.step), value))
+  return found

@@ -137,7 +137,6 @@ def train(workdir: str, *,
   is_writer = jax.process_index() == 0
   if is_writer:
     write_config(workdir / "config.gin", gin.config_str())
-  writer = metrics_lib.make_writer(workdir)
   policy = policy_fn(workdir, seed=seed)
   config, tokenizer = policy.config, policy.tokenizer
   ckpt = checkpoints.Checkpointer(workdir, model_config=config,
@@ -168,6 +167,13 @@ def train(workdir: str, *,
     start = restored.step
     logging.info("resumed from update %d in %s", start, workdir)
     print(f"resumed from update {start}", flush=True)
+  if is_writer:
+    moved = metrics_lib.set_aside_events(workdir)
+    if moved is not None:
+      logging.info("earlier TensorBoard events moved to %s; the %d restored "
+                   "updates are written again", moved, len(history))
+  writer = metrics_lib.make_writer(workdir)
+  history.replay(writer)
   one_checkpoint = (checkpoints.tree_bytes(abstract_state)
                     + checkpoints.tree_bytes(abstract_params))
   to_write = max(1, max_to_keep + 1 - len(ckpt.all_steps()))

@@ -27,6 +27,7 @@ import pytest
 
 from seed_jax import checkpoints
 from seed_jax import faults
+from seed_jax import testing
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = "configs/experiments/tiny.gin"
@@ -97,3 +98,13 @@ def test_killed_runs_resume_to_the_uninterrupted_metrics(tmp_path):
   assert _resumed_from(last) == 2
   assert _metrics(workdir) == _metrics(tmp_path / "full")
   assert [m["update"] for m in _metrics(workdir)] == [0, 1, 2, 3]
+  # TensorBoard shows the same: every point once, as metrics.jsonl has it
+  # (the killed starts' event files are set aside in earlier_events/).
+  points = testing.read_scalar_events(workdir)
+  assert len({(tag, step) for tag, step, _ in points}) == len(points)
+  with open(workdir / "metrics.jsonl") as f:
+    expected = {(k, h["update"]): v for h in map(json.loads, f)
+                for k, v in h.items()
+                if k != "update" and isinstance(v, (int, float))}
+  assert {(tag, step): value for tag, step, value in points} == pytest.approx(
+      expected, rel=1e-6)

@@ -2,7 +2,6 @@
 
 import glob
 import json
-import os
 
 import jax
 import jax.numpy as jnp
@@ -10,6 +9,7 @@ import numpy as np
 import pytest
 
 from seed_jax import metrics
+from seed_jax import testing
 
 
 def test_averager_means_over_updates_on_device():
@@ -36,15 +36,8 @@ def test_averager_weighs_token_means_by_their_tokens():
 
 
 def _read_scalars(workdir):
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  found = {}
-  for path in glob.glob(os.path.join(workdir, "events.out.tfevents.*")):
-    for event in tf.compat.v1.train.summary_iterator(path):
-      for v in event.summary.value:
-        value = (float(tf.make_ndarray(v.tensor)) if v.HasField("tensor")
-                 else v.simple_value)
-        found[(v.tag, event.step)] = value
-  return found
+  return {(tag, step): value
+          for tag, step, value in testing.read_scalar_events(workdir)}
 
 
 def test_writer_writes_tensorboard_events(tmp_path):
@@ -63,6 +56,38 @@ def test_writer_of_other_processes_only_logs(tmp_path):
   writer.write_scalars(1, {"kl": 0.5})
   writer.close()
   assert not glob.glob(str(tmp_path / "events.out.tfevents.*"))
+
+
+def test_a_restart_sets_earlier_events_aside_and_replays_its_history(
+    tmp_path):
+  assert metrics.set_aside_events(tmp_path / "new") is None  # no workdir yet
+  assert metrics.set_aside_events(tmp_path) is None  # nothing to move
+  # A killed start wrote updates 0 to 2; its checkpoint holds only 0 and 1.
+  writer = metrics.make_writer(tmp_path, process_index=0)
+  for step in range(3):
+    writer.write_scalars(step, {"success_rate": 0.1 * step})
+  writer.close()
+  history = metrics.MetricHistory()
+  history.append(0, {"success_rate": 0.0, "note": "text is not a scalar"})
+  history.append(1, {"success_rate": 0.1, "kl": float("nan")})  # kl: None
+  moved = metrics.set_aside_events(tmp_path)
+  assert moved == tmp_path / metrics.EARLIER_EVENTS / "1"
+  assert not glob.glob(str(tmp_path / "events.out.tfevents.*"))
+  writer = metrics.make_writer(tmp_path, process_index=0)
+  assert history.replay(writer) == 2
+  writer.write_scalars(2, {"success_rate": 0.5})  # the resumed update 2
+  writer.close()
+  points = testing.read_scalar_events(tmp_path)
+  assert sorted((tag, step) for tag, step, _ in points) == [
+      ("success_rate", 0), ("success_rate", 1), ("success_rate", 2)]
+  assert _read_scalars(str(tmp_path))[("success_rate", 2)] == pytest.approx(
+      0.5)
+  # Nothing is lost: the killed start's points are kept, as their own run.
+  earlier = _read_scalars(str(moved))
+  assert earlier[("success_rate", 2)] == pytest.approx(0.2)
+  assert len(earlier) == 3
+  # The next restart takes the next folder.
+  assert metrics.set_aside_events(tmp_path) == moved.parent / "2"
 
 
 def test_format_progress():

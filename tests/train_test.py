@@ -8,6 +8,8 @@ from etils import epath
 import gin
 import pytest
 
+from seed_jax import metrics
+from seed_jax import testing
 from seed_jax import train
 
 TINY = "configs/experiments/tiny.gin"
@@ -62,6 +64,16 @@ def test_resume_gives_the_same_metrics(tmp_path):
     for k, v in a.items():
       if not k.startswith("time/"):
         assert b[k] == v, (a["update"], k)
+  # TensorBoard: the workdir's own events are metrics.jsonl's, each once;
+  # the first start's files are kept in earlier_events/1.
+  points = testing.read_scalar_events(part)
+  assert len({(tag, step) for tag, step, _ in points}) == len(points)
+  expected = {(k, h["update"]): v for h in resumed for k, v in h.items()
+              if k != "update" and isinstance(v, (int, float))}
+  assert {(tag, step): value for tag, step, value in points} == pytest.approx(
+      expected, rel=1e-6)
+  assert testing.read_scalar_events(
+      os.path.join(part, metrics.EARLIER_EVENTS, "1"))
 
 
 def test_unknown_binding_is_named(tmp_path):
