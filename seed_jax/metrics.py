@@ -136,7 +136,7 @@ def set_aside_events(workdir: epath.PathLike) -> epath.Path | None:
   checkpoint has written points that the resumed run writes again, and
   TensorBoard would draw both. So a (re)start moves the workdir's event files
   into `earlier_events/<n>/` (n = 1, 2, ... per start that found some) and
-  replays its restored history into a fresh file (`MetricHistory.replay`):
+  writes its restored history into a fresh file (`write_events`):
   the workdir's own TensorBoard run then holds exactly the updates of
   `metrics.jsonl`, and the earlier files stay readable as runs of their own.
   Call it on the writing process only, before `make_writer`.
@@ -161,6 +161,21 @@ def set_aside_events(workdir: epath.PathLike) -> epath.Path | None:
   for path in found:
     path.rename(target / path.name)
   return target
+
+
+def write_events(workdir: epath.PathLike, history: "MetricHistory") -> None:
+  """Writes `history`'s updates to TensorBoard events in `workdir`, and not to
+  the log (a resumed run's console shows only its new updates). Nothing is
+  written for an empty history."""
+  if not len(history):
+    return
+  # pylint: disable-next=g-import-not-at-top,redefined-outer-name
+  from clu import metric_writers
+  writer = metric_writers.SummaryWriter(os.fspath(workdir))
+  try:
+    history.replay(writer)
+  finally:
+    writer.close()
 
 
 def _fmt(value: Any) -> str:

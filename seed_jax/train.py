@@ -172,8 +172,8 @@ def train(workdir: str, *,
     if moved is not None:
       logging.info("earlier TensorBoard events moved to %s; the %d restored "
                    "updates are written again", moved, len(history))
+    metrics_lib.write_events(workdir, history)
   writer = metrics_lib.make_writer(workdir)
-  history.replay(writer)
   one_checkpoint = (checkpoints.tree_bytes(abstract_state)
                     + checkpoints.tree_bytes(abstract_params))
   to_write = max(1, max_to_keep + 1 - len(ckpt.all_steps()))
