@@ -173,7 +173,11 @@ def write_events(workdir: epath.PathLike, history: "MetricHistory") -> None:
   from clu import metric_writers
   writer = metric_writers.SummaryWriter(os.fspath(workdir))
   try:
-    history.replay(writer)
+    for record in history:
+      scalars = {k: v for k, v in record.items()
+                 if k != "update" and isinstance(v, (int, float))}
+      if scalars:
+        writer.write_scalars(record["update"], scalars)
   finally:
     writer.close()
 
@@ -275,19 +279,6 @@ class MetricHistory:
     pairs = [(r.get(x), r[key]) for r in self.records
              if r.get(key) is not None and r.get(x) is not None]
     return [p[0] for p in pairs], [p[1] for p in pairs]
-
-  def replay(self, writer: "metric_writers.MetricWriter") -> int:
-    """Writes every record's numeric scalars again, at its update.
-
-    Returns:
-      The number of records written.
-    """
-    for record in self.records:
-      scalars = {k: v for k, v in record.items()
-                 if k != "update" and isinstance(v, (int, float))}
-      if scalars:
-        writer.write_scalars(record["update"], scalars)
-    return len(self.records)
 
   def write_jsonl(self, path: epath.PathLike) -> None:
     """Rewrites `path` with one JSON record per line (atomically)."""

@@ -98,9 +98,10 @@ def read_scalar_events(folder) -> list[tuple[str, int, float]]:
   import glob  # pylint: disable=g-import-not-at-top
   import os  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from seed_jax import metrics  # pylint: disable=g-import-not-at-top
   found = []
   for path in sorted(glob.glob(os.path.join(os.fspath(folder),
-                                            "events.out.tfevents.*"))):
+                                            metrics.EVENTS_PATTERN))):
     for event in tf.compat.v1.train.summary_iterator(path):
       for v in event.summary.value:
         value = (float(tf.make_ndarray(v.tensor)) if v.HasField("tensor")
