@@ -225,7 +225,7 @@ class Checkpointer:
   def __init__(self, workdir: epath.PathLike, *,
                model_config: model_lib.ModelConfig | None = None,
                max_to_keep: int = 3, save_interval: int = 1,
-               asynchronous: bool = True, read_only: bool = False,
+               keep_every: int = 0, asynchronous: bool = True, read_only: bool = False,
                checksums: bool = True):
     """Opens (and creates) the checkpoint directory.
 
@@ -233,6 +233,9 @@ class Checkpointer:
       workdir: the run's work directory; checkpoints go to its `checkpoints/`.
       model_config: written with every step and compared on restore.
       max_to_keep: how many of the latest steps to keep on disk.
+      keep_every: also keep, past `max_to_keep`, every step that is a
+        multiple of this (e.g. the evaluated updates, to score them again
+        later); 0: only the latest.
       save_interval: `save` writes only steps that are multiples of it
         (unless forced).
       asynchronous: write files in a background thread.
@@ -249,11 +252,13 @@ class Checkpointer:
       PermissionError: when the directory cannot be created or written
         (unless read_only).
       ValueError: max_to_keep or save_interval below 1 (0 kept would delete
-        every checkpoint, the last one too).
+        every checkpoint, the last one too), or keep_every below 0.
     """
     if not read_only and (max_to_keep < 1 or save_interval < 1):
       raise ValueError(f"max_to_keep={max_to_keep} and save_interval="
                        f"{save_interval} must both be at least 1")
+    if keep_every < 0:
+      raise ValueError(f"keep_every={keep_every} must be 0 (off) or more")
     self.workdir = epath.Path(workdir)
     self.directory = self.workdir / "checkpoints"
     if not read_only:
@@ -266,9 +271,12 @@ class Checkpointer:
       options = ocp.CheckpointManagerOptions(
           read_only=True, create=False, save_interval_steps=0)
     else:
+      keep = [policies.LatestN(max_to_keep)]
+      if keep_every:
+        keep.append(policies.EveryNSteps(keep_every))
       options = ocp.CheckpointManagerOptions(
           save_decision_policy=policies.FixedIntervalPolicy(save_interval),
-          preservation_policy=policies.LatestN(max_to_keep),
+          preservation_policy=policies.AnyPreservationPolicy(keep),
           cleanup_tmp_directories=True,
           enable_async_checkpointing=asynchronous)
     self._manager = ocp.CheckpointManager(self.directory, options=options,

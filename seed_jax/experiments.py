@@ -489,13 +489,18 @@ def write_summary(out: str, md: str | None = None) -> dict[str, Any]:
 
 def rescore(out: str, *, num_tasks: int = 256, seed: int = 12345,
             temperature: float = 0.4, methods: Sequence[str] | None = None,
-            md: str | None = None, command: str = "") -> dict[str, Any]:
+            fractions: Sequence[float] = (), md: str | None = None,
+            command: str = "") -> dict[str, Any]:
   """Scores every run's start and last checkpoint on common tasks.
 
   Args:
     out: the experiment folder (OUT/<method>/seed<S> runs with checkpoints).
     num_tasks, seed, temperature: the evaluation, the same for every run.
     methods: only these methods (default: every method of OUT).
+    fractions: also score, for each fraction f, the last checkpoint kept at
+      or before f times the run's last update (the start when none is):
+      the sample-efficiency view on common tasks. Checkpoints past the
+      latest few are kept only with `train.train.keep_every`.
     md: also write the table as a section of this Markdown file.
     command: the command line, recorded with the table.
 
@@ -518,16 +523,22 @@ def rescore(out: str, *, num_tasks: int = 256, seed: int = 12345,
       continue
     for s, workdir in by_seed.items():
       try:
-        last = max(evaluate.checkpoint_steps(workdir))
+        kept = sorted({0, *evaluate.checkpoint_steps(workdir)})
       except FileNotFoundError:
         continue  # not started, or no checkpoint yet
+      last = kept[-1]
+      wanted = [("start", 0), ("final", last)] + [
+          (f, max(k for k in kept if k <= f * last + 1e-9))
+          for f in fractions]
       pair = reports.setdefault(m, {}).setdefault(s, {})
-      for which, step in (("start", 0), ("final", last)):
+      for which, step in wanted:
         path = evaluate.report_path(
             workdir, step, num_tasks=num_tasks, seed=seed,
             temperature=temperature) + ".json"
         if not os.path.exists(path):
-          print(f"{m}/seed{s}: scoring update {step} ({which}) on "
+          label = (which if isinstance(which, str)
+                   else f"{100 * which:g}% of {last}")
+          print(f"{m}/seed{s}: scoring update {step} ({label}) on "
                 f"{num_tasks} tasks per split", flush=True)
           try:
             evaluate.main(["--workdir", workdir, "--step", str(step),
@@ -539,7 +550,11 @@ def rescore(out: str, *, num_tasks: int = 256, seed: int = 12345,
             reports[m].pop(s)
             break
         with open(path) as f:
-          pair[which] = json.load(f)
+          report = json.load(f)
+        if isinstance(which, str):
+          pair[which] = report
+        else:
+          pair.setdefault("efficiency", {})[f"{which:g}"] = report
     if m in reports and not reports[m]:
       reports.pop(m)
   if not reports:
@@ -598,6 +613,15 @@ def _ints(text: str) -> list[int]:
   return [int(x) for x in text.split(",") if x.strip()]
 
 
+def _floats(text: str) -> list[float]:
+  """"0.2,0.6" -> [0.2, 0.6]; each fraction in (0, 1]."""
+  out = [float(x) for x in text.split(",") if x.strip()]
+  bad = [f for f in out if not 0 < f <= 1]
+  if bad:
+    raise argparse.ArgumentTypeError(f"fractions must be in (0, 1], got {bad}")
+  return out
+
+
 def parse_flags(argv):
   parser = argparse.ArgumentParser(
       description="GRPO, SEED and ablations over seeds: run (resumable), "
@@ -634,6 +658,10 @@ def parse_flags(argv):
   ev.add_argument("--temperature", type=float, default=0.4)
   ev.add_argument("--methods", default=None,
                   help="comma-separated (default: every method of OUT)")
+  ev.add_argument("--fractions", type=_floats, default=(),
+                  help="also score the last kept checkpoint at or before "
+                  "these fractions of each run's updates, e.g. "
+                  "0.2,0.4,0.6,0.8 (keep them with train.train.keep_every)")
   ev.add_argument("--md", default=None,
                   help="also write the table as a section of this file")
   known, rest = parser.parse_known_args(argv)
@@ -665,7 +693,7 @@ def main(argv=None) -> int:
       summary = rescore(args.out, num_tasks=args.num_tasks, seed=args.seed,
                         temperature=args.temperature, md=args.md,
                         methods=(args.methods.split(",") if args.methods
-                                 else None),
+                                 else None), fractions=args.fractions,
                         command=command)
       print(results.rescored_markdown(summary))
       return 0

@@ -204,8 +204,11 @@ def rescored(reports: Mapping[str, Mapping[int, Mapping[str, Mapping[
 
   Args:
     reports: {method: {seed: {"start" | "final": a `seed_jax.evaluate`
-      report}}}, every report on the same tasks (`evaluate` draws the
-      sampling keys from the evaluation seed and the update scored).
+      report, and optionally "efficiency": {fraction: report}}}}, every
+      report on the same tasks (`evaluate` draws the sampling keys from the
+      evaluation seed and the update scored). An "efficiency" report is of
+      the last kept checkpoint at or before that fraction of the run's
+      final update.
     baseline: the method the paired differences are taken against (default
       "grpo" when present, else none).
 
@@ -222,14 +225,21 @@ def rescored(reports: Mapping[str, Mapping[int, Mapping[str, Mapping[
       "unpaired": {method: [seeds both ran, left out of "paired" as their
                    final updates differ]}
       "baseline": the baseline method or None
+      "efficiency": {method: {split: [{"fraction", "updates" (the seeds'
+                    updates scored, sorted), "mean", "std", "n", "values"},
+                    ...]}}, for methods whose reports have "efficiency"
 
   Raises:
     ValueError: when the reports do not share the tasks, evaluation seed
       and temperature.
   """
+  def each(pair):  # every report of one run
+    yield from (r for k, r in pair.items() if k != "efficiency")
+    yield from pair.get("efficiency", {}).values()
+
   settings = {(r["num_tasks"], r["seed"], r["temperature"])
               for by_seed in reports.values() for pair in by_seed.values()
-              for r in pair.values()}
+              for r in each(pair)}
   if len(settings) > 1:
     raise ValueError(f"the reports were scored with different (num_tasks, "
                      f"seed, temperature): {sorted(settings)}")
@@ -238,11 +248,24 @@ def rescored(reports: Mapping[str, Mapping[int, Mapping[str, Mapping[
     baseline = "grpo"
   out = dict(methods=list(reports), num_tasks=num_tasks, seed=seed,
              temperature=temperature, baseline=baseline, steps={},
-             success={}, paired={}, unpaired={})
+             success={}, paired={}, unpaired={}, efficiency={})
   finals = {}
   for m, by_seed in reports.items():
-    out["steps"][m] = {str(s): {k: r["step"] for k, r in pair.items()}
+    out["steps"][m] = {str(s): {k: r["step"] for k, r in pair.items()
+                                if k != "efficiency"}
                        for s, pair in by_seed.items()}
+    fractions = sorted({float(f) for pair in by_seed.values()
+                        for f in pair.get("efficiency", {})})
+    if fractions:
+      out["efficiency"][m] = {split: [] for split in SPLITS}
+    for f in fractions:
+      got = [r for pair in by_seed.values()
+             for g, r in pair.get("efficiency", {}).items() if float(g) == f]
+      for split in SPLITS:
+        out["efficiency"][m][split].append(dict(
+            fraction=f, updates=sorted({r["step"] for r in got}),
+            **mean_std([r["metrics"][f"eval/{split}/success"]
+                        for r in got])))
     out["success"][m] = {}
     for which in ("start", "final"):
       got = [pair[which]["metrics"] for pair in by_seed.values()
@@ -307,6 +330,23 @@ def rescored_markdown(summary: Mapping[str, Any]) -> str:
       lines += [f"Left out of {m}'s differences, its final update not "
                 f"{base}'s: seed{'s' * (len(seeds) != 1)} "
                 f"{', '.join(map(str, seeds))}."]
+  eff = summary.get("efficiency") or {}
+  if eff:
+    fr = list(dict.fromkeys(p["fraction"] for m in eff
+                            for p in eff[m][SPLITS[0]]))
+    lines += ["", "**Sample efficiency** (the paper's Table 6) on the same "
+              "tasks: overall success at a fraction of each run's final "
+              "update, read at the last checkpoint kept at or before it "
+              "(the updates scored in brackets).", ""]
+    rows = []
+    for split in SPLITS:
+      for m in eff:
+        at = {p["fraction"]: p for p in eff[m][split]}
+        rows.append([split, m, *(
+            f"{pct(at[f])} [{', '.join(map(str, at[f]['updates']))}]"
+            if f in at else "-" for f in fr)])
+    lines += table_lines(["split", "method", *(f"{100 * f:.0f}%" for f in fr)],
+                         rows)
   for split in SPLITS:
     fams = list(dict.fromkeys(f for m in methods
                               for f in succ[m]["final"][split]))

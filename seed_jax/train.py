@@ -51,8 +51,8 @@ class NonFiniteError(RuntimeError):
 
 def _check_knobs(**knobs: int) -> None:
   """Counts `train` needs before any work: a KnobError naming the bad one."""
-  least = dict(num_updates=0, checkpoint_every=1, max_to_keep=1, eval_every=0,
-               eval_tasks=1, max_consecutive_nonfinite=1)
+  least = dict(num_updates=0, checkpoint_every=1, max_to_keep=1, keep_every=0,
+               eval_every=0, eval_tasks=1, max_consecutive_nonfinite=1)
   if not knobs.get("eval_every"):  # no evaluation: eval_tasks is unused
     knobs.pop("eval_tasks", None)
   for name, value in knobs.items():
@@ -78,6 +78,7 @@ def train(workdir: str, *,
           eval_temperature: float = 0.4,
           checkpoint_every: int = 1,
           max_to_keep: int = 2,
+          keep_every: int = 0,
           checkpoint_checksums: bool = True,
           max_consecutive_nonfinite: int = 3,
           min_free_bytes: int = 1 << 30,
@@ -103,6 +104,9 @@ def train(workdir: str, *,
     eval_temperature: sampling temperature of evaluations (no skills).
     checkpoint_every: save every this many updates (and at the end).
     max_to_keep: checkpoints kept.
+    keep_every: also keep every saved update that is a multiple of this
+      (e.g. `eval_every`, so that `seed_jax.evaluate` can score the evaluated
+      updates again on more tasks); 0: only the latest `max_to_keep`.
     checkpoint_checksums: each checkpoint's manifest records a CRC-32 of
       every file (process 0 reads the files back after a save); False:
       sizes only, for large models on slow storage.
@@ -111,7 +115,8 @@ def train(workdir: str, *,
       Once the model is known (before the first update), the run also
       checks for room for the checkpoints it will write: `max_to_keep` + 1
       copies (one is written before the oldest goes) of the train state and
-      the reference, less the checkpoints already there.
+      the reference, plus those `keep_every` keeps, less the checkpoints
+      already there.
     mesh_shape: (data, fsdp, tensor) sizes of the training mesh over every
       process's devices (one size may be -1); None: one device.
     rollout_chunks: independent rollout chunks per update, split across
@@ -126,8 +131,8 @@ def train(workdir: str, *,
     NonFiniteError: `max_consecutive_nonfinite` skipped updates in a row.
   """
   _check_knobs(num_updates=num_updates, checkpoint_every=checkpoint_every,
-               max_to_keep=max_to_keep, eval_every=eval_every,
-               eval_tasks=eval_tasks,
+               max_to_keep=max_to_keep, keep_every=keep_every,
+               eval_every=eval_every, eval_tasks=eval_tasks,
                max_consecutive_nonfinite=max_consecutive_nonfinite)
   if "://" not in str(workdir):  # orbax needs absolute local paths
     workdir = os.path.abspath(workdir)
@@ -141,6 +146,7 @@ def train(workdir: str, *,
   config, tokenizer = policy.config, policy.tokenizer
   ckpt = checkpoints.Checkpointer(workdir, model_config=config,
                                   max_to_keep=max_to_keep,
+                                  keep_every=keep_every,
                                   save_interval=checkpoint_every,
                                   checksums=checkpoint_checksums)
   tx = ts.make_optimizer(learning_rate, weight_decay=weight_decay,
@@ -176,7 +182,9 @@ def train(workdir: str, *,
   writer = metrics_lib.make_writer(workdir)
   one_checkpoint = (checkpoints.tree_bytes(abstract_state)
                     + checkpoints.tree_bytes(abstract_params))
-  to_write = max(1, max_to_keep + 1 - len(ckpt.all_steps()))
+  kept = (len(range(keep_every, num_updates + 1, keep_every))
+          if keep_every else 0)
+  to_write = max(1, max_to_keep + 1 + kept - len(ckpt.all_steps()))
   checkpoints.check_free_space(workdir, one_checkpoint * to_write)
 
   eval_policy = rl_trainer.policy

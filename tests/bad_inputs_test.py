@@ -298,6 +298,14 @@ def test_no_room_for_the_checkpoints_stops_the_run_before_an_update(
                 eval_every=0)
   assert not (workdir / "checkpoints").exists() or not list(
       (workdir / "checkpoints").iterdir())
+  # keep_every=2 over 4 updates keeps steps 2 and 4 besides the latest:
+  # 1 + 1 + 2 copies.
+  monkeypatch.setattr(shutil, "disk_usage", _disk(3 * one + (one >> 1)))
+  with pytest.raises(OSError, match=r"needs at least "
+                     rf"{4 * one / 2**20:.1f} MiB for its checkpoints"):
+    train.train(str(workdir), policy_fn=lambda *a, **kw: policy, rl=rl,
+                num_updates=4, learning_rate=1e-4, max_to_keep=1,
+                keep_every=2, min_free_bytes=0, eval_every=0)
 
 
 def test_chat_bad_flags_and_folders_are_clear_errors(tmp_path, capsys):

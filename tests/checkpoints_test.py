@@ -132,6 +132,20 @@ def test_max_to_keep_and_resume_latest(saved):
   testing.assert_trees_equal(out.state, _make(3)[0])
 
 
+def test_keep_every_keeps_those_steps_besides_the_latest(tmp_path):
+  state, _ = _make(1)
+  with checkpoints.Checkpointer(tmp_path, max_to_keep=2, keep_every=3,
+                                asynchronous=False) as ckpt:
+    for s in range(1, 9):
+      ckpt.save(s, state)
+    ckpt.wait()
+    assert ckpt.all_steps() == [3, 6, 7, 8]
+  kept = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+  assert kept == ["3", "6", "7", "8"]
+  with pytest.raises(ValueError, match="keep_every=-1"):
+    checkpoints.Checkpointer(tmp_path / "other", keep_every=-1)
+
+
 def test_half_written_step_is_never_restored(saved, tmp_path):
   workdir = _copy(saved, tmp_path)
   # What a save interrupted before orbax's final rename leaves behind.

@@ -186,7 +186,7 @@ def test_run_skips_finished_runs_status_and_summary(tmp_path, capsys,
     flags = dict(zip(argv[::2], argv[1::2]))
     workdir, step = flags["--workdir"], int(flags["--step"])
     rate = {"grpo": 0.25, "seed": 0.5}[os.path.basename(
-        os.path.dirname(workdir))] + (0.125 if step else 0.0)
+        os.path.dirname(workdir))] + 0.0625 * step
     metrics = {f"eval/{split}/success": rate + (0.0625 if split == "unseen"
                                                 else 0.0)
                for split in ("seen", "unseen")}
@@ -208,6 +208,18 @@ def test_run_skips_finished_runs_status_and_summary(tmp_path, capsys,
   assert got[("seed", "start", "unseen")] == [0.5625]
   assert got[("seed", "final", "seen")] == [0.625]
   assert rescored["paired"]["seed"]["unseen"]["values"] == [0.25]
+  assert rescored["efficiency"] == {}
+  # The sample-efficiency view on the same tasks: the last kept checkpoint
+  # at or before each fraction of the last update (2).
+  assert experiments.main(["evaluate", "--out", out, "--num_tasks", "2",
+                           "--seed", "7", "--fractions", "0.5,0.9,1"]) == 0
+  rescored = json.load(open(os.path.join(out, "rescored.json")))
+  eff = rescored["efficiency"]["seed"]["unseen"]
+  assert [(p["fraction"], p["updates"], p["values"]) for p in eff] == [
+      (0.5, [1], [0.625]), (0.9, [1], [0.625]), (1.0, [2], [0.6875])]
+  assert rescored["efficiency"]["grpo"]["seen"][0]["values"] == [0.3125]
+  text = open(os.path.join(out, "rescored.md")).read()
+  assert "| unseen | seed | 62.5 [1] | 62.5 [1] | 68.8 [2] |" in text
 
   # A run that cannot be scored is named and left out; the others go on.
   os.remove(os.path.join(out, "grpo", "seed0", "eval",
@@ -254,6 +266,9 @@ def test_bad_inputs(tmp_path):
   (tmp_path / "status.json").write_text('{"pid": 1,\n')
   with pytest.raises(SystemExit, match="status.json does not parse"):
     experiments.main(["status", "--out", str(tmp_path)])
+  with pytest.raises(SystemExit):  # a fraction outside (0, 1]
+    experiments.main(["evaluate", "--out", str(tmp_path), "--fractions",
+                      "0.5,1.5"])
   os.makedirs(tmp_path / "grpo" / "seed0")
   with pytest.raises(SystemExit, match=r"method\(s\) \['grpoo'\].*\['grpo'\]"):
     experiments.main(["evaluate", "--out", str(tmp_path), "--num_tasks", "1",

@@ -235,6 +235,26 @@ def test_rescored_pairs_seeds_against_grpo():
   assert "| seed | 2 | 37.5 ± 17.7 | 87.5 ± 17.7 | 25.0 ± 35.4 | 87.5 ± " \
       "17.7 | - | - |" in text
   reports["seed"][0]["final"] = _report(10, 0.75, 0.75)
+  assert out["efficiency"] == {}
+  # Checkpoints at fractions of the updates: one row per split and method.
+  reports["seed"][0]["efficiency"] = {"0.6": _report(6, 0.5, 0.25),
+                                      "1": _report(10, 0.75, 0.75)}
+  reports["seed"][2]["efficiency"] = {"0.6": _report(5, 0.25, 0.75),
+                                      "1": _report(10, 1.0, 1.0)}
+  out = results.rescored(reports)
+  assert list(out["efficiency"]) == ["seed"]
+  at60, at100 = out["efficiency"]["seed"]["unseen"]
+  assert (at60["fraction"], at60["updates"], at60["values"]) == (
+      0.6, [5, 6], [0.25, 0.75])
+  assert (at100["updates"], at100["mean"]) == ([10], 0.875)
+  text = results.rescored_markdown(out)
+  assert "| unseen | seed | 50.0 ± 35.4 [5, 6] | 87.5 ± 17.7 [10] |" in text
+  assert "| split | method | 60% | 100% |" in text
+  reports["seed"][2]["efficiency"]["1"] = _report(10, 1.0, 1.0, num_tasks=8)
+  with pytest.raises(ValueError, match="different .num_tasks, seed, temp"):
+    results.rescored(reports)
+  for pair in reports["seed"].values():
+    pair.pop("efficiency")
   # Without a baseline there are no differences.
   assert results.rescored({"seed": reports["seed"]})["paired"] == {}
   reports["seed"][2]["final"] = _report(10, 1.0, 1.0, num_tasks=8)

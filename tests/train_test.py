@@ -86,6 +86,8 @@ def test_unknown_binding_is_named(tmp_path):
     ("--gin.SEED=(", "gin cannot parse the gin files or bindings: a bracket"),
     ("--gin.train.train.max_to_keep=0",
      r"train\.max_to_keep=0 must be at least 1"),
+    ("--gin.train.train.keep_every=-1",
+     r"train\.keep_every=-1 must be at least 0"),
     ("--gin.train.train.checkpoint_every=0",
      r"train\.checkpoint_every=0 must be at least 1"),
     ("--gin.NUM_UPDATES=-3", r"train\.num_updates=-3 must be at least 0"),
