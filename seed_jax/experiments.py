@@ -45,6 +45,13 @@ and, with `--md=PATH`, to its own section of PATH:
 
   python -m seed_jax.experiments evaluate --out=runs/evidence \
       --num_tasks=256 --md=docs/results.md
+
+With `--fractions=0.2,0.4,0.6,0.8` it also scores, per run, the last kept
+checkpoint at or before each fraction of its last update: the paper's
+Table 6 on common tasks. Training keeps only the latest `max_to_keep`
+checkpoints unless `train.train.keep_every` keeps more (e.g. every
+evaluated update); a fraction with none kept falls back to an earlier one,
+the start at worst, and the table shows which update was scored.
 """
 
 from __future__ import annotations
