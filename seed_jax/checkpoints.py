@@ -225,8 +225,8 @@ class Checkpointer:
   def __init__(self, workdir: epath.PathLike, *,
                model_config: model_lib.ModelConfig | None = None,
                max_to_keep: int = 3, save_interval: int = 1,
-               keep_every: int = 0, asynchronous: bool = True, read_only: bool = False,
-               checksums: bool = True):
+               keep_every: int = 0, asynchronous: bool = True,
+               read_only: bool = False, checksums: bool = True):
     """Opens (and creates) the checkpoint directory.
 
     Args:
