@@ -506,8 +506,9 @@ def rescore(out: str, *, num_tasks: int = 256, seed: int = 12345,
     methods: only these methods (default: every method of OUT).
     fractions: also score, for each fraction f, the last checkpoint kept at
       or before f times the run's last update (the start when none is):
-      the sample-efficiency view on common tasks. Checkpoints past the
-      latest few are kept only with `train.train.keep_every`.
+      the sample-efficiency view on common tasks, with the final as 100%.
+      Checkpoints past the latest few are kept only with
+      `train.train.keep_every`.
     md: also write the table as a section of this Markdown file.
     command: the command line, recorded with the table.
 
@@ -524,6 +525,8 @@ def rescore(out: str, *, num_tasks: int = 256, seed: int = 12345,
   if unknown:
     raise ValueError(f"no runs of method(s) {unknown} under {out}; it holds "
                      f"{sorted(found)}")
+  if fractions and 1 not in fractions:  # the final, as Table 6's last column
+    fractions = [*fractions, 1.0]
   reports = {}
   for m, by_seed in found.items():
     if methods is not None and m not in methods:
@@ -668,7 +671,7 @@ def parse_flags(argv):
   ev.add_argument("--fractions", type=_floats, default=(),
                   help="also score the last kept checkpoint at or before "
                   "these fractions of each run's updates, e.g. "
-                  "0.2,0.4,0.6,0.8 (keep them with train.train.keep_every)")
+                  "0.2,0.4,0.6,0.8; the final is the 100%% column (keep them with train.train.keep_every)")
   ev.add_argument("--md", default=None,
                   help="also write the table as a section of this file")
   known, rest = parser.parse_known_args(argv)
