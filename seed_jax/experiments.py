@@ -671,7 +671,8 @@ def parse_flags(argv):
   ev.add_argument("--fractions", type=_floats, default=(),
                   help="also score the last kept checkpoint at or before "
                   "these fractions of each run's updates, e.g. "
-                  "0.2,0.4,0.6,0.8; the final is the 100%% column (keep them with train.train.keep_every)")
+                  "0.2,0.4,0.6,0.8; the final is the 100%% column (keep "
+                  "them with train.train.keep_every)")
   ev.add_argument("--md", default=None,
                   help="also write the table as a section of this file")
   known, rest = parser.parse_known_args(argv)
