@@ -254,18 +254,15 @@ def rescored(reports: Mapping[str, Mapping[int, Mapping[str, Mapping[
     out["steps"][m] = {str(s): {k: r["step"] for k, r in pair.items()
                                 if k != "efficiency"}
                        for s, pair in by_seed.items()}
-    fractions = sorted({float(f) for pair in by_seed.values()
-                        for f in pair.get("efficiency", {})})
-    if fractions:
-      out["efficiency"][m] = {split: [] for split in SPLITS}
-    for f in fractions:
-      got = [r for pair in by_seed.values()
-             for g, r in pair.get("efficiency", {}).items() if float(g) == f]
-      for split in SPLITS:
-        out["efficiency"][m][split].append(dict(
-            fraction=f, updates=sorted({r["step"] for r in got}),
-            **mean_std([r["metrics"][f"eval/{split}/success"]
-                        for r in got])))
+    at = {}  # fraction -> the seeds' reports
+    for pair in by_seed.values():
+      for f, r in pair.get("efficiency", {}).items():
+        at.setdefault(float(f), []).append(r)
+    if at:
+      out["efficiency"][m] = {split: [dict(
+          fraction=f, updates=sorted({r["step"] for r in got}),
+          **mean_std([r["metrics"][f"eval/{split}/success"] for r in got]))
+          for f, got in sorted(at.items())] for split in SPLITS}
     out["success"][m] = {}
     for which in ("start", "final"):
       got = [pair[which]["metrics"] for pair in by_seed.values()

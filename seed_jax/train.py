@@ -182,8 +182,7 @@ def train(workdir: str, *,
   writer = metrics_lib.make_writer(workdir)
   one_checkpoint = (checkpoints.tree_bytes(abstract_state)
                     + checkpoints.tree_bytes(abstract_params))
-  kept = (len(range(keep_every, num_updates + 1, keep_every))
-          if keep_every else 0)
+  kept = num_updates // keep_every if keep_every else 0
   to_write = max(1, max_to_keep + 1 + kept - len(ckpt.all_steps()))
   checkpoints.check_free_space(workdir, one_checkpoint * to_write)
 
