@@ -17,7 +17,9 @@ started from, is never saved as a checkpoint of its own: every checkpoint
 keeps it as the KL reference, and `--step=0` scores that.
 
 Writes JSON (every metric, named as in the run's metrics.jsonl:
-"eval/seen/success", "eval/unseen/success/<family>", ...) and CSV (split,
+"eval/seen/success", "eval/unseen/success/<family>", ..., and each task's
+outcome as a string of 0s and 1s in task order, for comparisons task by
+task) and CSV (split,
 family, success, tasks), by default to
 `RUN/eval/step_<N>_tasks<K>_seed<S>_temp<T>.{json,csv}` (see `report_path`),
 so evaluations with other settings never overwrite each other. Both files are
@@ -118,9 +120,16 @@ def evaluate_split(policy: rollout_lib.Policy, params, *, env_name: str,
                    split: str, num_tasks: int, max_steps: int,
                    history_length: int = 2, temperature: float = 0.4,
                    rng: jax.Array | None = None, batch_groups: int = 16,
-                   env_kwargs=None) -> dict[str, float]:
+                   env_kwargs=None,
+                   per_task: list[int] | None = None) -> dict[str, float]:
   """Success rate on `num_tasks` tasks of a split, no skills in the prompt
   (sampled at `temperature`; 0 is greedy).
+
+  Args:
+    per_task: when given, each task's outcome (1 success, 0 not) is
+      appended to it, in task order (the split's seeds from the first), so
+      that two policies scored on the same tasks can be compared task by
+      task.
 
   Returns:
     {"success": overall rate, "success/<family>": per family, "tasks": n,
@@ -147,9 +156,11 @@ def evaluate_split(policy: rollout_lib.Policy, params, *, env_name: str,
                               max_steps=max_steps,
                               history_length=history_length,
                               group_seeds=seeds)
-    for ep in res.episodes:
+    for ep in res.episodes:  # one per task (group_size 1), in seed order
       wins[ep.family].append(ep.success)
       errors += ep.error is not None
+      if per_task is not None:
+        per_task.append(int(ep.success))
     done += groups
     if done < num_tasks:  # progress on long evaluations
       logging.info("evaluate %s: %d/%d tasks, success so far %.3f", split,
@@ -170,8 +181,13 @@ def evaluate_split(policy: rollout_lib.Policy, params, *, env_name: str,
 def score(policy: rollout_lib.Policy, params, *, env_name: str,
           num_tasks: int, max_steps: int, history_length: int,
           temperature: float, rng: jax.Array,
-          env_kwargs: dict[str, Any] | None = None) -> dict[str, float]:
+          env_kwargs: dict[str, Any] | None = None,
+          per_task: dict[str, list[int]] | None = None) -> dict[str, float]:
   """Success on both evaluation splits, no skills in the prompt.
+
+  Args:
+    per_task: when given, filled with {"seen": outcomes, "unseen": ...},
+      each task's 1 or 0 in task order (see `evaluate_split`).
 
   Returns:
     {"eval/seen/success": 0.5, "eval/seen/success/<family>": ...,
@@ -181,10 +197,12 @@ def score(policy: rollout_lib.Policy, params, *, env_name: str,
   """
   out = {}
   for split in SPLITS:
+    outcomes = None if per_task is None else per_task.setdefault(split[5:], [])
     res = evaluate_split(
         policy, params, env_name=env_name, split=split, num_tasks=num_tasks,
         max_steps=max_steps, history_length=history_length,
-        temperature=temperature, rng=rng, env_kwargs=env_kwargs)
+        temperature=temperature, rng=rng, env_kwargs=env_kwargs,
+        per_task=outcomes)
     out.update({f"eval/{split[5:]}/{k}": v for k, v in res.items()})
   return out
 
@@ -253,7 +271,8 @@ def evaluate_run(workdir: epath.PathLike, *,
 
   Returns:
     {"workdir", "step", "env_name", "num_tasks", "temperature", "max_steps",
-     "history_length", "seed", "metrics": the `score` dict}.
+     "history_length", "seed", "metrics": the `score` dict, "per_task":
+     {"seen": "0110...", "unseen": ...}, each task's outcome in task order}.
 
   Raises:
     FileNotFoundError: no workdir, no checkpoint; ValueError: a step that
@@ -274,10 +293,13 @@ def evaluate_run(workdir: epath.PathLike, *,
                          else history_length),
       seed=int(seed))
   rng = jax.random.fold_in(jax.random.key(seed), EVAL_RNG_OFFSET + step)
+  per_task = {}
   metrics = score(rl_trainer.policy, params, rng=rng, env_kwargs=env_kwargs,
+                  per_task=per_task,
                   **{k: v for k, v in settings.items() if k != "seed"})
   return dict(workdir=os.fspath(workdir), step=step, **settings,
-              metrics=metrics)
+              metrics=metrics,
+              per_task={k: "".join(map(str, v)) for k, v in per_task.items()})
 
 
 def rows(metrics: dict[str, float]) -> list[dict[str, Any]]:

@@ -41,7 +41,10 @@ evaluations are small and differ by seed). Each report is kept in
 `RUN/eval/step_<N>_tasks<K>_seed<S>_temp<T>.json` (where
 `python -m seed_jax.evaluate` writes it too) and reused, so an
 interrupted rescoring resumes; the table goes to `OUT/rescored.{json,md}`
-and, with `--md=PATH`, to its own section of PATH:
+and, with `--md=PATH`, to its own section of PATH. Reports that list each
+task's outcome (all written since `per_task` was added) also give
+differences task by task (final − start, final − the baseline's final),
+with their standard error over the tasks:
 
   python -m seed_jax.experiments evaluate --out=runs/evidence \
       --num_tasks=256 --md=docs/results.md
@@ -51,7 +54,8 @@ checkpoint at or before each fraction of its last update: the paper's
 Table 6 on common tasks. Training keeps only the latest `max_to_keep`
 checkpoints unless `train.train.keep_every` keeps more (e.g. every
 evaluated update); a fraction with none kept falls back to an earlier one,
-the start at worst, and the table shows which update was scored.
+the start at worst, and the table shows which update was scored; each of
+those checkpoints is also compared with the baseline's final, task by task.
 """
 
 from __future__ import annotations

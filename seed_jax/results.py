@@ -198,6 +198,40 @@ def summarize(histories: Histories, *,
   return out
 
 
+def by_task(pairs: Sequence[tuple[str, str]]) -> dict[str, Any] | None:
+  """The success difference a − b of two evaluations of the same tasks,
+  task by task.
+
+  Args:
+    pairs: one (a, b) per seed, each an evaluation's per-task outcomes in
+      task order ("0110...", see `seed_jax.evaluate`).
+
+  Returns:
+    {"mean": the mean over seeds of the mean difference over tasks, "se":
+     its standard error over the tasks, sqrt(sum_s var_s / n_s) / seeds with
+     var_s the sample variance of seed s's n_s differences (the evaluation's
+     own noise, the seeds' warm starts held fixed), "n_tasks": n_s,
+     "seeds"}; None for no pairs.
+
+  Raises:
+    ValueError: outcomes of different lengths.
+
+  Example: by_task([("0110", "0100")]) -> mean 0.25, se 0.25, 4 tasks.
+  """
+  if not pairs:
+    return None
+  if len({len(x) for pair in pairs for x in pair}) > 1:
+    raise ValueError("per-task outcomes of different lengths: "
+                     f"{sorted({len(x) for pair in pairs for x in pair})}")
+  diffs = [np.array([int(c) for c in a]) - np.array([int(c) for c in b])
+           for a, b in pairs]
+  n = len(diffs[0])
+  var = sum(float(np.var(d, ddof=1)) if n > 1 else 0.0 for d in diffs)
+  return {"mean": float(np.mean([d.mean() for d in diffs])),
+          "se": float(np.sqrt(var / n) / len(diffs)), "n_tasks": n,
+          "seeds": len(diffs)}
+
+
 def rescored(reports: Mapping[str, Mapping[int, Mapping[str, Mapping[
     str, Any]]]], *, baseline: str | None = None) -> dict[str, Any]:
   """Start and final success of every run, scored again on common tasks.
@@ -226,8 +260,14 @@ def rescored(reports: Mapping[str, Mapping[int, Mapping[str, Mapping[
                    final updates differ]}
       "baseline": the baseline method or None
       "efficiency": {method: {split: [{"fraction", "updates" (the seeds'
-                    updates scored, sorted), "mean", "std", "n", "values"},
-                    ...]}}, for methods whose reports have "efficiency"
+                    updates scored, sorted), "mean", "std", "n", "values",
+                    "vs_baseline_final": `by_task` of this checkpoint minus
+                    the baseline's final on the same seed, or None}, ...]}},
+                    for methods whose reports have "efficiency"
+      "by_task": {method: {"gain" (final - start) | "vs_baseline" (final -
+                 the baseline's final, the seeds of "paired"): {split:
+                 `by_task` of the seeds whose reports both have per-task
+                 outcomes}}}, for methods with such seeds
 
   Raises:
     ValueError: when the reports do not share the tasks, evaluation seed
@@ -248,7 +288,13 @@ def rescored(reports: Mapping[str, Mapping[int, Mapping[str, Mapping[
     baseline = "grpo"
   out = dict(methods=list(reports), num_tasks=num_tasks, seed=seed,
              temperature=temperature, baseline=baseline, steps={},
-             success={}, paired={}, unpaired={}, efficiency={})
+             success={}, paired={}, unpaired={}, efficiency={}, by_task={})
+
+  def task_diffs(pairs, split):  # (a, b) reports -> by_task where both have
+    got = [(a["per_task"][split], b["per_task"][split]) for a, b in pairs
+           if split in a.get("per_task", {}) and split in b.get("per_task", {})]
+    return by_task(got)
+
   finals = {}
   for m, by_seed in reports.items():
     out["steps"][m] = {str(s): {k: r["step"] for k, r in pair.items()
@@ -278,6 +324,11 @@ def rescored(reports: Mapping[str, Mapping[int, Mapping[str, Mapping[
             for fam, suffix in [("all", "")] + [(f, "/" + f) for f in fams]}
     finals[m] = {s: pair["final"] for s, pair in by_seed.items()
                  if "final" in pair}
+    gains = [(pair["final"], pair["start"]) for pair in by_seed.values()
+             if "final" in pair and "start" in pair]
+    gain = {split: task_diffs(gains, split) for split in SPLITS}
+    if any(gain.values()):
+      out["by_task"][m] = {"gain": gain}
   for m in reports:
     if baseline is None or m == baseline or baseline not in finals:
       continue
@@ -290,6 +341,20 @@ def rescored(reports: Mapping[str, Mapping[int, Mapping[str, Mapping[
         [finals[m][s]["metrics"][f"eval/{split}/success"] -
          finals[baseline][s]["metrics"][f"eval/{split}/success"]
          for s in same]) for split in SPLITS}
+    vs = {split: task_diffs([(finals[m][s], finals[baseline][s])
+                             for s in same], split) for split in SPLITS}
+    if any(vs.values()):
+      out["by_task"].setdefault(m, {})["vs_baseline"] = vs
+  for m, by_split in out["efficiency"].items():
+    if baseline not in finals:
+      break
+    for split, points in by_split.items():
+      for p in points:
+        got = [(r, finals[baseline][s]) for s, pair in reports[m].items()
+               if s in finals[baseline]
+               for f, r in pair.get("efficiency", {}).items()
+               if float(f) == p["fraction"]]
+        p["vs_baseline_final"] = task_diffs(got, split)
   return out
 
 
@@ -327,6 +392,20 @@ def rescored_markdown(summary: Mapping[str, Any]) -> str:
       lines += [f"Left out of {m}'s differences, its final update not "
                 f"{base}'s: seed{'s' * (len(seeds) != 1)} "
                 f"{', '.join(map(str, seeds))}."]
+  tasks = summary.get("by_task") or {}
+  if tasks:
+    cols = [("gain", "final − start")] + (
+        [("vs_baseline", f"final − {base}")] if summary["paired"] else [])
+    lines += ["", "**Task by task**: differences in points, paired on the "
+              "same tasks, and in brackets their standard error over the "
+              "tasks (the evaluation's own noise, each seed's warm start "
+              "held fixed; averaged over the seeds whose reports list "
+              "every task's outcome).", ""]
+    lines += table_lines(
+        ["method", *(f"{label}, {split}" for _, label in cols
+                     for split in SPLITS)],
+        [[m, *(_task_points(tasks[m].get(key, {}).get(split))
+               for key, _ in cols for split in SPLITS)] for m in tasks])
   eff = summary.get("efficiency") or {}
   if eff:
     fr = list(dict.fromkeys(p["fraction"] for m in eff
@@ -344,6 +423,20 @@ def rescored_markdown(summary: Mapping[str, Any]) -> str:
             if f in at else "-" for f in fr)])
     lines += table_lines(["split", "method", *(f"{100 * f:.0f}%" for f in fr)],
                          rows)
+    rows = []
+    for split in SPLITS:
+      for m in eff:
+        at = {p["fraction"]: p.get("vs_baseline_final")
+              for p in eff[m][split]}
+        if any(at.values()):
+          rows.append([split, m, *(_task_points(at.get(f)) for f in fr)])
+    if rows:
+      lines += ["", f"The same checkpoints against {base}'s final, task by "
+                "task: differences in points, standard error over the tasks "
+                "in brackets (the paper's claim is that SEED at 60% is not "
+                f"below {base} at 100%).", ""]
+      lines += table_lines(
+          ["split", "method", *(f"{100 * f:.0f}%" for f in fr)], rows)
   for split in SPLITS:
     fams = list(dict.fromkeys(f for m in methods
                               for f in succ[m]["final"][split]))
@@ -359,6 +452,13 @@ def _points(stats):
   if not stats or stats.get("mean") is None:
     return "-"
   return f"{100 * stats['mean']:+.1f}" + _spread(stats, 100)
+
+
+def _task_points(stats):
+  """A `by_task` difference in points: "+6.2 (se 3.1)"; "-" when missing."""
+  if not stats:
+    return "-"
+  return f"{100 * stats['mean']:+.1f} (se {100 * stats['se']:.1f})"
 
 
 def _spread(stats: Mapping[str, Any], scale: float = 1.0,

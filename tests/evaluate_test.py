@@ -15,6 +15,7 @@ from seed_jax import checkpoints
 from seed_jax import evaluate
 from seed_jax import hf
 from seed_jax import testing
+from seed_jax.envs import base as envs_base
 
 def _history(workdir):
   with open(os.path.join(workdir, "metrics.jsonl")) as f:
@@ -59,6 +60,8 @@ def test_reproduces_the_runs_own_evaluation(tiny_run, tmp_path, monkeypatch):
              zip(jax.tree.leaves(saved), jax.tree.leaves(initial)))
 
   assert json.loads(out_json.read_text()) == json.loads(json.dumps(report))
+  # Each task's outcome, in task order, agrees with the rates.
+  assert report["per_task"] == {"seen": "00", "unseen": "00"}
   with open(out_csv) as f:
     table = list(csv.DictReader(f))
   assert table[0] == {"split": "seen", "family": "all",
@@ -212,3 +215,28 @@ def test_environment_errors_are_counted(monkeypatch):
                                 split="eval_seen", num_tasks=2, max_steps=2,
                                 rng=jax.random.key(0))
   assert out["env_errors"] == 2.0 and out["success"] == 0.0
+
+
+def test_per_task_outcomes_follow_the_task_order(monkeypatch):
+  """Across batches, each task's outcome lands at its task's index."""
+  import types  # pylint: disable=g-import-not-at-top
+  first = envs_base.split_seeds("eval_unseen", 1)[0]
+  played = []
+
+  def fake_rollout(gen, pool, rng, *, group_seeds, **kw):
+    del gen, pool, rng, kw
+    played.append(list(group_seeds))
+    return types.SimpleNamespace(episodes=[types.SimpleNamespace(
+        family="heat" if s % 2 else "cool", success=(s - first) % 3 == 0,
+        error=None) for s in group_seeds])
+
+  monkeypatch.setattr(evaluate.rollout_lib, "rollout", fake_rollout)
+  per_task = []
+  out = evaluate.evaluate_split(None, None, env_name="household",
+                                split="eval_unseen", num_tasks=7,
+                                max_steps=1, batch_groups=3,
+                                per_task=per_task)
+  assert [len(b) for b in played] == [3, 3, 1]
+  assert per_task == [1, 0, 0, 1, 0, 0, 1]
+  assert out["success"] == pytest.approx(3 / 7)
+  assert out["tasks/heat"] + out["tasks/cool"] == 7

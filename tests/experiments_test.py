@@ -167,6 +167,11 @@ def test_run_skips_finished_runs_status_and_summary(tmp_path, capsys,
         out, m, "seed0", "eval", "step_2_tasks2_seed0_temp0.4.csv"))
   assert rescored["paired"]["seed"]["unseen"]["values"] == [
       finals["seed"] - finals["grpo"]]
+  # The reports list each task's outcome: task-by-task differences too.
+  vs = rescored["by_task"]["seed"]["vs_baseline"]["unseen"]
+  assert (vs["n_tasks"], vs["seeds"]) == (2, 1)
+  assert vs["mean"] == pytest.approx(finals["seed"] - finals["grpo"])
+  assert rescored["by_task"]["grpo"]["gain"]["seen"]["n_tasks"] == 2
   text = md.read_text()
   assert experiments.RESCORED_BEGIN in text and experiments.BEGIN in text
   assert "final − grpo, unseen" in text and " ".join(

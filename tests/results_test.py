@@ -186,11 +186,83 @@ def test_plot_curves(summary, tmp_path):
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def _report(step, seen, unseen, *, num_tasks=4, seed=9):
-  return dict(step=step, num_tasks=num_tasks, seed=seed, temperature=0.4,
-              metrics={"eval/seen/success": seen,
-                       "eval/unseen/success": unseen,
-                       "eval/unseen/success/heat": unseen / 2})
+def _report(step, seen, unseen, *, num_tasks=4, seed=9, per_task=None):
+  out = dict(step=step, num_tasks=num_tasks, seed=seed, temperature=0.4,
+             metrics={"eval/seen/success": seen,
+                      "eval/unseen/success": unseen,
+                      "eval/unseen/success/heat": unseen / 2})
+  if per_task is not None:
+    out["per_task"] = per_task
+  return out
+
+
+def test_by_task_differences_and_their_standard_error():
+  one = results.by_task([("0110", "0100")])
+  # Differences 0, 1, 0, 0: mean 1/4, sample variance 1/4, se sqrt(1/16).
+  assert one == {"mean": 0.25, "se": 0.25, "n_tasks": 4, "seeds": 1}
+  two = results.by_task([("0110", "0100"), ("1111", "0011")])
+  # The second: differences 1, 1, 0, 0 (mean 1/2, variance 1/3).
+  assert two["mean"] == pytest.approx(0.375)
+  assert two["se"] == pytest.approx(math.sqrt((1 / 4 + 1 / 3) / 4) / 2)
+  assert two["seeds"] == 2
+  assert results.by_task([]) is None
+  with pytest.raises(ValueError, match="different lengths"):
+    results.by_task([("011", "0100")])
+
+
+def test_rescored_by_task():
+  """Reports with per-task outcomes add task-by-task differences."""
+  reports = {
+      "grpo": {0: {"start": _report(0, 0.25, 0.25, per_task={
+                       "seen": "1000", "unseen": "0100"}),
+                   "final": _report(10, 0.5, 0.25, per_task={
+                       "seen": "1100", "unseen": "0010"})}},
+      "seed": {0: {"start": _report(0, 0.25, 0.25, per_task={
+                       "seen": "1000", "unseen": "0100"}),
+                   "final": _report(10, 0.75, 0.75, per_task={
+                       "seen": "1110", "unseen": "1110"})},
+               # Scored before outcomes were kept: left out of by_task.
+               1: {"start": _report(0, 0.5, 0.5),
+                   "final": _report(10, 1.0, 1.0)}},
+  }
+  out = results.rescored(reports)
+  assert out["by_task"]["grpo"] == {"gain": {
+      "seen": results.by_task([("1100", "1000")]),
+      "unseen": results.by_task([("0010", "0100")])}}
+  seed = out["by_task"]["seed"]
+  assert seed["gain"]["unseen"]["mean"] == 0.5
+  assert seed["vs_baseline"]["unseen"] == results.by_task([("1110", "0010")])
+  assert seed["vs_baseline"]["unseen"]["seeds"] == 1
+  text = results.rescored_markdown(out)
+  assert ("| method | final − start, seen | final − start, unseen | "
+          "final − grpo, seen | final − grpo, unseen |") in text
+  # seed, unseen vs grpo: differences 1, 1, 0, 0 -> +50.0, se 28.9.
+  assert "| seed | +50.0 (se 28.9) | +50.0 (se 28.9) | +25.0 (se 25.0) | " \
+      "+50.0 (se 28.9) |" in text
+  assert "| grpo | +25.0 (se 25.0) | +0.0 (se 40.8) | - | - |" in text
+  # Table 6's checkpoints against grpo's final on the same seed.
+  reports["seed"][0]["efficiency"] = {
+      "0.6": _report(6, 0.5, 0.25, per_task={"seen": "1100",
+                                            "unseen": "0001"}),
+      "1": reports["seed"][0]["final"]}
+  reports["seed"][1]["efficiency"] = {"0.6": _report(6, 0.5, 0.25)}
+  out = results.rescored(reports)
+  at60, at100 = out["efficiency"]["seed"]["unseen"]
+  assert at60["vs_baseline_final"] == results.by_task([("0001", "0010")])
+  assert at100["vs_baseline_final"] == seed["vs_baseline"]["unseen"]
+  text = results.rescored_markdown(out)
+  assert "| unseen | seed | +0.0 (se 40.8) | +50.0 (se 28.9) |" in text
+  assert "| seen | seed | +0.0 (se 0.0) | +25.0 (se 25.0) |" in text
+  # Without outcomes anywhere, no such table.
+  for by_seed in reports.values():
+    for pair in by_seed.values():
+      for r in pair.values():
+        r.pop("per_task", None)
+  out = results.rescored(reports)
+  assert out["by_task"] == {}
+  assert out["efficiency"]["seed"]["seen"][0]["vs_baseline_final"] is None
+  text = results.rescored_markdown(out)
+  assert "Task by task" not in text and "task by task" not in text
 
 
 def test_rescored_pairs_seeds_against_grpo():
