@@ -17,13 +17,12 @@ started from, is never saved as a checkpoint of its own: every checkpoint
 keeps it as the KL reference, and `--step=0` scores that.
 
 Writes JSON (every metric, named as in the run's metrics.jsonl:
-"eval/seen/success", "eval/unseen/success/<family>", ..., and each task's
-outcome as a string of 0s and 1s in task order, for comparisons task by
-task) and CSV (split,
-family, success, tasks), by default to
-`RUN/eval/step_<N>_tasks<K>_seed<S>_temp<T>.{json,csv}` (see `report_path`),
-so evaluations with other settings never overwrite each other. Both files are
-written whole or not at all.
+"eval/seen/success", "eval/unseen/success/<family>", ..., and under
+"per_task" each task's outcome as a string of 0s and 1s in task order, for
+comparisons task by task) and CSV (split, family, success, tasks), by
+default to `RUN/eval/step_<N>_tasks<K>_seed<S>_temp<T>.{json,csv}` (see
+`report_path`), so evaluations with other settings never overwrite each
+other. Both files are written whole or not at all.
 """
 
 from __future__ import annotations
