@@ -295,19 +295,24 @@ def rescored(reports: Mapping[str, Mapping[int, Mapping[str, Mapping[
            if split in a.get("per_task", {}) and split in b.get("per_task", {})]
     return by_task(got)
 
-  finals = {}
+  finals = {m: {s: pair["final"] for s, pair in by_seed.items()
+                if "final" in pair} for m, by_seed in reports.items()}
+  base_finals = finals.get(baseline, {})
   for m, by_seed in reports.items():
     out["steps"][m] = {str(s): {k: r["step"] for k, r in pair.items()
                                 if k != "efficiency"}
                        for s, pair in by_seed.items()}
-    at = {}  # fraction -> the seeds' reports
-    for pair in by_seed.values():
+    at = {}  # fraction -> [(seed, report)]
+    for s, pair in by_seed.items():
       for f, r in pair.get("efficiency", {}).items():
-        at.setdefault(float(f), []).append(r)
+        at.setdefault(float(f), []).append((s, r))
     if at:
       out["efficiency"][m] = {split: [dict(
-          fraction=f, updates=sorted({r["step"] for r in got}),
-          **mean_std([r["metrics"][f"eval/{split}/success"] for r in got]))
+          fraction=f, updates=sorted({r["step"] for _, r in got}),
+          **mean_std([r["metrics"][f"eval/{split}/success"]
+                      for _, r in got]),
+          vs_baseline_final=task_diffs([(r, base_finals[s]) for s, r in got
+                                        if s in base_finals], split))
           for f, got in sorted(at.items())] for split in SPLITS}
     out["success"][m] = {}
     for which in ("start", "final"):
@@ -322,8 +327,6 @@ def rescored(reports: Mapping[str, Mapping[int, Mapping[str, Mapping[
             fam: mean_std([g[prefix + suffix] for g in got
                            if prefix + suffix in g])
             for fam, suffix in [("all", "")] + [(f, "/" + f) for f in fams]}
-    finals[m] = {s: pair["final"] for s, pair in by_seed.items()
-                 if "final" in pair}
     gains = [(pair["final"], pair["start"]) for pair in by_seed.values()
              if "final" in pair and "start" in pair]
     gain = {split: task_diffs(gains, split) for split in SPLITS}
@@ -345,16 +348,6 @@ def rescored(reports: Mapping[str, Mapping[int, Mapping[str, Mapping[
                              for s in same], split) for split in SPLITS}
     if any(vs.values()):
       out["by_task"].setdefault(m, {})["vs_baseline"] = vs
-  for m, by_split in out["efficiency"].items():
-    if baseline not in finals:
-      break
-    for split, points in by_split.items():
-      for p in points:
-        got = [(r, finals[baseline][s]) for s, pair in reports[m].items()
-               if s in finals[baseline]
-               for f, r in pair.get("efficiency", {}).items()
-               if float(f) == p["fraction"]]
-        p["vs_baseline_final"] = task_diffs(got, split)
   return out
 
 
