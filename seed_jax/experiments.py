@@ -23,7 +23,7 @@ Resuming: a run whose metrics.jsonl lists its final update is done and
 skipped; any other is started again and `seed_jax.train` resumes it from
 its last checkpoint. So after an interruption (a reboot, `kill` of the
 runner, which stops its runs), rerunning the same command continues. The
-runner keeps `OUT/status.json` up to date (each run's state, return code,
+runner (`seed_jax.runner`) keeps `OUT/status.json` up to date (each run's state, return code,
 command and log); `status` prints it with each run's last logged update.
 `--dry_run` prints the commands without running them.
 
@@ -61,22 +61,18 @@ those checkpoints is also compared with the baseline's final, task by task.
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import datetime
 import json
 import os
 import shutil
 import signal
-import socket
-import subprocess
 import sys
-import time
 from typing import Any, Mapping, Sequence
 
 from etils import epath
 
 from seed_jax import atomic
 from seed_jax import results
+from seed_jax import runner
 from seed_jax import sweep
 
 # Each method's gin bindings, as seed_jax.train takes them after `--gin.`.
@@ -95,8 +91,6 @@ METHODS: dict[str, tuple[str, ...]] = {
 }
 DEFAULT_METHODS = ("grpo", "seed", "seed_no_stage1", "opid")
 DEFAULT_GIN = "configs/experiments/demo.gin"
-STATUS = "status.json"
-LOG = "log.txt"
 BEGIN = "<!-- seed_jax.experiments summarize: begin -->"
 END = "<!-- seed_jax.experiments summarize: end -->"
 RESCORED_BEGIN = "<!-- seed_jax.experiments evaluate: begin -->"
@@ -104,37 +98,10 @@ RESCORED_END = "<!-- seed_jax.experiments evaluate: end -->"
 RAW_LIMIT = 2 << 20  # copy the runs' metrics.jsonl next to the md below this
 
 
-class BusyError(RuntimeError):
-  """Someone else already works on an experiment's directory."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Run:
-  """One (method, seed) training run."""
-  method: str
-  seed: int
-  workdir: str
-  args: tuple[str, ...]  # seed_jax.train's command-line arguments
-
-  @property
-  def name(self) -> str:
-    return f"{self.method}/seed{self.seed}"
-
-  @property
-  def log(self) -> str:
-    return os.path.join(self.workdir, LOG)
-
-  def command(self) -> str:
-    """The shell command line, e.g. python -m seed_jax.train
-    --gin_file=configs/experiments/demo.gin --gin.WORKDIR='out/grpo/seed0'
-    --gin.SEED=0 "--gin.VARIANT='grpo'"."""
-    return sweep.shell_command(("python", "-m", "seed_jax.train", *self.args))
-
-
 def plan(out: str, *, methods: Sequence[str], seeds: Sequence[int],
          gin_files: Sequence[str], bindings: Sequence[str] = (),
          method_bindings: Mapping[str, Sequence[str]] | None = None
-         ) -> list[Run]:
+         ) -> list[runner.Run]:
   """The runs of an experiment, seed by seed (every method on seed 0 first,
   so that a partial experiment already compares the methods).
 
@@ -162,247 +129,14 @@ def plan(out: str, *, methods: Sequence[str], seeds: Sequence[int],
       args = ([f"--gin_file={f}" for f in gin_files] +
               [f"--gin.WORKDIR={workdir!r}", f"--gin.SEED={int(s)}"] +
               [f"--gin.{b}" for b in (*known[m], *bindings)])
-      runs.append(Run(m, int(s), workdir, tuple(args)))
+      runs.append(runner.Run(m, int(s), workdir, tuple(args)))
   return runs
 
 
-def planned_updates(run: Run) -> int:
+def planned_updates(run: runner.Run) -> int:
   """The number of updates the run's gin configuration asks for."""
   from seed_jax import train as train_lib  # pylint: disable=g-import-not-at-top
   return train_lib.planned_updates(run.args)
-
-
-def read_history(workdir: str) -> list[dict[str, Any]]:
-  """The records of `workdir/metrics.jsonl`; [] when there is none."""
-  path = os.path.join(workdir, "metrics.jsonl")
-  if not os.path.exists(path):
-    return []
-  with open(path) as f:
-    return [json.loads(line) for line in f if line.strip()]
-
-
-def is_done(workdir: str, num_updates: int) -> bool:
-  """Whether the run's metrics.jsonl lists update `num_updates` (or later)."""
-  history = read_history(workdir)
-  return bool(history) and history[-1]["update"] >= num_updates
-
-
-def last_logged_update(log: str) -> int | None:
-  """The N of the log's last progress line ("update N | ..."), if any."""
-  if not os.path.exists(log):
-    return None
-  with open(log, "rb") as f:
-    f.seek(max(0, os.path.getsize(log) - (256 << 10)))
-    lines = f.read().decode("utf-8", "replace").splitlines()
-  for line in reversed(lines):
-    words = line.split(" | ", 1)[0].split()
-    if len(words) == 2 and words[0] == "update" and words[1].isdigit():
-      return int(words[1])
-  return None
-
-
-def _now() -> str:
-  return datetime.datetime.now().isoformat(timespec="seconds")
-
-
-def _write_json(path: str, data: Any) -> None:
-  atomic.write_text(path, json.dumps(data, indent=1))
-
-
-def execute(runs: Sequence[Run], num_updates: Mapping[str, int], *,
-            out: str, parallel: int = 1, command: str = "",
-            poll_s: float = 2.0,
-            python: str = sys.executable) -> dict[str, Any]:
-  """Runs what is not done yet, `parallel` at a time; keeps status.json.
-
-  A failed run does not stop the others; a KeyboardInterrupt (or SIGTERM,
-  see `main`) stops the runs started here and marks them "interrupted".
-
-  Args:
-    runs: from `plan`.
-    num_updates: {run name: its planned updates} (see `planned_updates`).
-    out: the experiment's directory (status.json goes there).
-    parallel: runs at once.
-    command: the command line to record.
-    poll_s: seconds between checks of the running processes.
-    python: the interpreter of the runs.
-
-  Returns:
-    The final status: {"runs": {name: {"state": "done" | "failed" |
-    "interrupted", "returncode", ...}}, ...}.
-
-  Raises:
-    BusyError: another runner still works on `out`, or a run an earlier
-      runner started still trains (two trainers would share a workdir).
-  """
-  os.makedirs(out, exist_ok=True)
-  path = os.path.join(out, STATUS)
-  earlier = _read_status(path)
-  _check_nobody_running(earlier, out)
-  # Provenance across invocations on one OUT (say, methods added later):
-  # every command so far, and the runs of earlier ones not planned here.
-  commands = [c for c in earlier.get("commands", []) if c != command]
-  planned = {run.name for run in runs}
-  other_runs = {k: r for k, r in {**earlier.get("other_runs", {}),
-                                  **earlier.get("runs", {})}.items()
-                if k not in planned}
-  status = dict(command=command, commands=commands + [command],
-                host=socket.gethostname(), pid=os.getpid(), started=_now(),
-                updated=_now(), finished=False, runs={},
-                other_runs=other_runs)
-  queue = []
-  for run in runs:
-    n = num_updates[run.name]
-    done = is_done(run.workdir, n)
-    status["runs"][run.name] = dict(
-        method=run.method, seed=run.seed, workdir=run.workdir, log=run.log,
-        command=run.command(), num_updates=n,
-        state="done" if done else "pending", returncode=None)
-    if done:
-      print(f"{run.name}: done, skipped", flush=True)
-    else:
-      queue.append(run)
-  _write_json(path, status)
-  active: dict[str, tuple[Run, subprocess.Popen, Any]] = {}
-  env = dict(os.environ, PYTHONUNBUFFERED="1")
-  try:
-    while queue or active:
-      while queue and len(active) < parallel:
-        run = queue.pop(0)
-        os.makedirs(run.workdir, exist_ok=True)
-        log = open(run.log, "a")  # pylint: disable=consider-using-with
-        log.write(f"--- {_now()} {run.command()}\n")
-        log.flush()
-        proc = subprocess.Popen(  # pylint: disable=consider-using-with
-            [python, "-m", "seed_jax.train", *run.args], stdout=log,
-            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
-        active[run.name] = (run, proc, log)
-        status["runs"][run.name].update(state="running", started=_now(),
-                                        pid=proc.pid)
-        print(f"{run.name}: started (log {run.log})", flush=True)
-        _write_json(path, dict(status, updated=_now()))
-      time.sleep(poll_s)
-      for name, (run, proc, log) in list(active.items()):
-        rc = proc.poll()
-        if rc is None:
-          continue
-        log.close()
-        del active[name]
-        entry = status["runs"][name]
-        ok = rc == 0 and is_done(run.workdir, entry["num_updates"])
-        entry.update(state="done" if ok else "failed", returncode=rc,
-                     ended=_now())
-        print(f"{name}: {entry['state']} (exit status {rc})", flush=True)
-        _write_json(path, dict(status, updated=_now()))
-  except KeyboardInterrupt:
-    for name, (run, proc, log) in active.items():
-      proc.terminate()
-    for name, (run, proc, log) in active.items():
-      try:
-        proc.wait(timeout=60)
-      except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-      log.close()
-      status["runs"][name].update(state="interrupted",
-                                  returncode=proc.returncode, ended=_now())
-    _write_json(path, dict(status, updated=_now()))
-    raise
-  status.update(finished=True, updated=_now())
-  _write_json(path, status)
-  return status
-
-
-def _read_status(path: str) -> dict[str, Any]:
-  """OUT/status.json, or {} when there is none or it does not parse."""
-  try:
-    with open(path) as f:
-      status = json.load(f)
-  except (OSError, ValueError):
-    return {}
-  if not isinstance(status, dict):
-    return {}
-  if "commands" not in status and status.get("command"):
-    status["commands"] = [status["command"]]  # written before "commands"
-  return status
-
-
-def _alive(pid: Any) -> bool:
-  """Whether process `pid` of this machine runs a seed_jax module (`python
-  -m seed_jax.…`; best effort: a recycled pid of another program is told
-  apart where /proc exists)."""
-  try:
-    pid = int(pid)
-    os.kill(pid, 0)
-  except (TypeError, ValueError, ProcessLookupError):
-    return False
-  except PermissionError:
-    return True
-  try:
-    with open(f"/proc/{pid}/cmdline", "rb") as f:
-      args = f.read().split(b"\0")
-  except OSError:
-    return True
-  return any(a.startswith(b"seed_jax.") for a in args)
-
-
-def _runner_alive(status: Mapping[str, Any]) -> bool | None:
-  if status.get("host") != socket.gethostname():
-    return None  # another machine's runner: unknown here
-  return _alive(status.get("pid")) and not status.get("finished")
-
-
-def _check_nobody_running(status: Mapping[str, Any], out: str) -> None:
-  """Raises BusyError while a runner or one of its runs works on `out`."""
-  if not status or status.get("host") != socket.gethostname():
-    return  # nothing recorded, or another machine's (unknown here)
-  if (status.get("pid") != os.getpid() and not status.get("finished")
-      and _alive(status.get("pid"))):
-    raise BusyError(
-        f"another runner (pid {status['pid']}, started {status.get('started')}"
-        f") is working on {out}; wait for it, or stop it with "
-        f"`kill {status['pid']}`, then rerun to resume")
-  for name, run in status.get("runs", {}).items():
-    if run.get("state") == "running" and _alive(run.get("pid")):
-      # Its runner died without stopping it (say, SIGKILL).
-      raise BusyError(
-          f"run {name} of an earlier runner still trains (pid {run['pid']}); "
-          f"wait for it or `kill {run['pid']}`, then rerun to resume")
-
-
-def status_report(out: str) -> str:
-  """A table of the runs in OUT/status.json, states refreshed from disk.
-
-  Raises:
-    FileNotFoundError: when `run` never wrote a status there.
-  """
-  path = os.path.join(out, STATUS)
-  if not os.path.exists(path):
-    raise FileNotFoundError(f"no {STATUS} in {out}: start the experiment "
-                            "with `python -m seed_jax.experiments run`")
-  try:
-    with open(path) as f:
-      status = json.load(f)
-  except ValueError as e:
-    raise ValueError(f"{path} does not parse ({e}); `run` rewrites it when "
-                     "it starts again") from None
-  alive = _runner_alive(status)
-  runner = {True: "running", False: "stopped", None: "unknown (other host)"}
-  lines = [f"runner pid {status['pid']} on {status['host']}: {runner[alive]}"
-           f"; status updated {status['updated']}",
-           f"{'run':24s} {'state':12s} {'update':>10s}  log"]
-  for name, r in status["runs"].items():
-    state = r["state"]
-    if is_done(r["workdir"], r["num_updates"]):
-      state = "done"
-    elif state in ("running", "pending") and alive is False:
-      state = "interrupted"
-    last = last_logged_update(r["log"])
-    update = f"{'-' if last is None else last}/{r['num_updates']}"
-    if state == "failed":
-      state = f"failed ({r['returncode']})"
-    lines.append(f"{name:24s} {state:12s} {update:>10s}  {r['log']}")
-  return "\n".join(lines)
 
 
 def run_dirs(out: str) -> dict[str, dict[int, str]]:
@@ -430,7 +164,7 @@ def load_histories(out: str) -> dict[str, dict[int, list[dict[str, Any]]]]:
   (in `run_dirs` order; runs without records are left out)."""
   found = {}
   for m, by_seed in run_dirs(out).items():
-    runs = {s: h for s, h in ((s, read_history(w)) for s, w in
+    runs = {s: h for s, h in ((s, runner.read_history(w)) for s, w in
                               by_seed.items()) if h}
     if runs:
       found[m] = runs
@@ -460,7 +194,7 @@ def write_summary(out: str, md: str | None = None) -> dict[str, Any]:
   if not histories:
     raise FileNotFoundError(f"no OUT/<method>/seed<S>/metrics.jsonl under "
                             f"{out}: no run has finished yet")
-  status = _read_status(os.path.join(out, STATUS))
+  status = runner.read_status(os.path.join(out, runner.STATUS))
   runs = {**status.get("other_runs", {}), **status.get("runs", {})}
   planned = {}
   for run in runs.values():
@@ -475,7 +209,8 @@ def write_summary(out: str, md: str | None = None) -> dict[str, Any]:
              for s in by_seed]
     summary["run_commands"] = {k: runs[k]["command"] for k in names
                                if k in runs}
-  _write_json(os.path.join(out, "summary.json"), summary)
+  atomic.write_text(os.path.join(out, "summary.json"),
+                    json.dumps(summary, indent=1))
   for name, rows in (("summary.csv", results.final_rows(summary)),
                      ("sample_efficiency.csv",
                       results.efficiency_rows(summary))):
@@ -576,7 +311,8 @@ def rescore(out: str, *, num_tasks: int = 256, seed: int = 12345,
                             "checkpoint yet")
   summary = results.rescored(reports)
   summary["command"] = command
-  _write_json(os.path.join(out, "rescored.json"), summary)
+  atomic.write_text(os.path.join(out, "rescored.json"),
+                    json.dumps(summary, indent=1))
   text = results.rescored_markdown(summary)
   if command:
     text += f"\nProduced by:\n\n```bash\n{command}\n```\n"
@@ -693,7 +429,7 @@ def main(argv=None) -> int:
   args = parse_flags(argv)
   try:
     if args.command == "status":
-      print(status_report(args.out))
+      print(runner.status_report(args.out))
       return 0
     if args.command == "summarize":
       summary = write_summary(args.out, args.md)
@@ -722,7 +458,7 @@ def main(argv=None) -> int:
     raise SystemExit(f"error: {e}") from e
   if args.dry_run:
     for run in runs:
-      done = is_done(run.workdir, num_updates[run.name])
+      done = runner.is_done(run.workdir, num_updates[run.name])
       print(f"# {run.name}: {'done' if done else 'to run'}, "
             f"{num_updates[run.name]} updates\n{run.command()}")
     return 0
@@ -731,9 +467,9 @@ def main(argv=None) -> int:
   # `kill PID` of the runner stops its runs too, as Ctrl-C does.
   signal.signal(signal.SIGTERM, _interrupt)
   try:
-    status = execute(runs, num_updates, out=args.out,
+    status = runner.execute(runs, num_updates, out=args.out,
                      parallel=args.parallel, command=command)
-  except BusyError as e:
+  except runner.BusyError as e:
     raise SystemExit(f"error: {e}") from None
   except KeyboardInterrupt:
     print("interrupted; rerun the same command to resume", flush=True)

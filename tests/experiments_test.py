@@ -4,7 +4,6 @@ status and summary."""
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -12,13 +11,14 @@ import time
 import pytest
 
 from seed_jax import experiments
+from seed_jax import runner
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = os.path.join(ROOT, "configs/experiments/tiny.gin")
 
 
 def _status(out):
-  with open(os.path.join(out, experiments.STATUS)) as f:
+  with open(os.path.join(out, runner.STATUS)) as f:
     return json.load(f)
 
 
@@ -87,10 +87,10 @@ def test_run_skips_finished_runs_status_and_summary(tmp_path, capsys,
   logs = {}
   for name, r in status["runs"].items():
     assert (r["state"], r["returncode"], r["num_updates"]) == ("done", 0, 2)
-    assert experiments.read_history(r["workdir"])[-1]["update"] == 2
+    assert runner.read_history(r["workdir"])[-1]["update"] == 2
     logs[name] = open(r["log"]).read()
     assert logs[name].startswith("--- ") and "update 2 |" in logs[name]
-    assert experiments.last_logged_update(r["log"]) == 2
+    assert runner.last_logged_update(r["log"]) == 2
   assert "\"--gin.VARIANT='seed'\"" in status["runs"]["seed/seed0"]["command"]
   capsys.readouterr()
 
@@ -111,11 +111,11 @@ def test_run_skips_finished_runs_status_and_summary(tmp_path, capsys,
   md.write_text("# Results\n\nWritten by hand.\n")
   assert experiments.main(["summarize", "--out", out, "--md", str(md)]) == 0
   summary = json.load(open(os.path.join(out, "summary.json")))
-  final = experiments.read_history(os.path.join(out, "seed", "seed0"))[-1]
+  final = runner.read_history(os.path.join(out, "seed", "seed0"))[-1]
   assert summary["final"]["seed"]["unseen"]["all"]["values"] == [
       final["eval/unseen/success"]]
   assert summary["runs"]["grpo"]["0"]["env_steps"] == sum(
-      r.get("env_steps", 0) for r in experiments.read_history(
+      r.get("env_steps", 0) for r in runner.read_history(
           os.path.join(out, "grpo", "seed0")))
   for name in ("summary.csv", "summary.md", "sample_efficiency.csv",
                "success_vs_updates.png", "success_vs_env_steps.png"):
@@ -156,7 +156,7 @@ def test_run_skips_finished_runs_status_and_summary(tmp_path, capsys,
   finals = {}
   for m in ("grpo", "seed"):
     assert rescored["steps"][m] == {"0": {"start": 0, "final": 2}}
-    history = {r["update"]: r for r in experiments.read_history(
+    history = {r["update"]: r for r in runner.read_history(
         os.path.join(out, m, "seed0"))}
     for which, update in (("start", 0), ("final", 2)):
       for split in ("seen", "unseen"):
@@ -281,44 +281,6 @@ def test_bad_inputs(tmp_path):
                       "--methods", "grpoo"])
 
 
-def test_a_second_runner_on_one_folder_is_refused(tmp_path):
-  out = str(tmp_path / "exp")
-  os.makedirs(out)
-  host = socket.gethostname()
-  # Stand-ins for seed_jax processes (their command line names seed_jax) and
-  # for another program that took a recycled pid.
-  ours = subprocess.Popen([sys.executable, "-c", "import time, sys; "
-                           "time.sleep(120)", "seed_jax.train"])
-  other = subprocess.Popen([sys.executable, "-c", "import time; "
-                            "time.sleep(120)"])
-  try:
-    def status(**kw):
-      base = dict(host=host, pid=other.pid, finished=False, runs={})
-      (tmp_path / "exp" / "status.json").write_text(json.dumps(
-          dict(base, **kw)))
-
-    status(pid=ours.pid, started="t0")
-    with pytest.raises(experiments.BusyError,
-                       match=f"another runner \\(pid {ours.pid}"):
-      experiments.execute([], {}, out=out, poll_s=0)
-    # The runner died (SIGKILL) but left a run training.
-    status(runs={"grpo/seed0": {"state": "running", "pid": ours.pid}})
-    with pytest.raises(experiments.BusyError,
-                       match=f"run grpo/seed0 .* still trains \\(pid {ours.pid}"):
-      experiments.execute([], {}, out=out, poll_s=0)
-    # Pids of programs that are not seed_jax, or finished runners, are no
-    # obstacle.
-    status(runs={"grpo/seed0": {"state": "running", "pid": other.pid}})
-    assert experiments.execute([], {}, out=out, poll_s=0)["finished"]
-    status(pid=ours.pid, finished=True)
-    assert experiments.execute([], {}, out=out, poll_s=0)["finished"]
-  finally:
-    ours.kill()
-    other.kill()
-    ours.wait()
-    other.wait()
-
-
 def test_replace_section():
   section = "## Results\n| a |\n"
   once = experiments.replace_section("# Title\n\ntext\n", section)
@@ -337,22 +299,22 @@ def test_sigterm_stops_the_runs_and_the_same_command_resumes(tmp_path):
   out = str(tmp_path / "exp")
   argv = ["run", "--out", out, "--methods", "grpo", "--seeds", "0",
           "--gin_file", TINY, "--gin", "NUM_UPDATES=20"]
-  runner = subprocess.Popen([sys.executable, "-m", "seed_jax.experiments",
-                             *argv], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+  proc = subprocess.Popen([sys.executable, "-m", "seed_jax.experiments",
+                           *argv], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
   log = os.path.join(out, "grpo", "seed0", "log.txt")
   deadline = time.time() + 300
   # Once update 2 is logged, update 1's checkpoint is complete.
-  while (experiments.last_logged_update(log) or 0) < 2:
-    assert time.time() < deadline and runner.poll() is None
+  while (runner.last_logged_update(log) or 0) < 2:
+    assert time.time() < deadline and proc.poll() is None
     time.sleep(1)
   child = _status(out)["runs"]["grpo/seed0"]["pid"]
-  runner.send_signal(signal.SIGTERM)
-  assert runner.wait(timeout=120) == 130
+  proc.send_signal(signal.SIGTERM)
+  assert proc.wait(timeout=120) == 130
   run = _status(out)["runs"]["grpo/seed0"]
   assert run["state"] == "interrupted"
   with pytest.raises(ProcessLookupError):
     os.kill(child, 0)
   assert experiments.main(argv) == 0
   assert "resumed from update" in open(log).read()
-  assert experiments.read_history(run["workdir"])[-1]["update"] == 20
+  assert runner.read_history(run["workdir"])[-1]["update"] == 20
