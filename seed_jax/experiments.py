@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import signal
@@ -95,6 +96,7 @@ BEGIN = "<!-- seed_jax.experiments summarize: begin -->"
 END = "<!-- seed_jax.experiments summarize: end -->"
 RESCORED_BEGIN = "<!-- seed_jax.experiments evaluate: begin -->"
 RESCORED_END = "<!-- seed_jax.experiments evaluate: end -->"
+NO_CHECKPOINT = "no checkpoint yet"  # why `evaluate` leaves a run out
 RAW_LIMIT = 2 << 20  # copy the runs' metrics.jsonl next to the md below this
 
 
@@ -252,7 +254,9 @@ def rescore(out: str, *, num_tasks: int = 256, seed: int = 12345,
     command: the command line, recorded with the table.
 
   Returns:
-    `results.rescored` of the reports.
+    `results.rescored` of the reports, plus "left_out": {run: why} for the
+    runs of OUT that are not in it (no checkpoint yet, or one that cannot be
+    scored; the Markdown names them too).
 
   Raises:
     FileNotFoundError: when OUT holds no run with a checkpoint.
@@ -266,7 +270,7 @@ def rescore(out: str, *, num_tasks: int = 256, seed: int = 12345,
                      f"{sorted(found)}")
   if fractions and 1 not in fractions:  # the final, as Table 6's last column
     fractions = [*fractions, 1.0]
-  reports = {}
+  reports, left_out = {}, {}
   for m, by_seed in found.items():
     if methods is not None and m not in methods:
       continue
@@ -274,7 +278,8 @@ def rescore(out: str, *, num_tasks: int = 256, seed: int = 12345,
       try:
         kept = sorted({0, *evaluate.checkpoint_steps(workdir)})
       except FileNotFoundError:
-        continue  # not started, or no checkpoint yet
+        left_out[f"{m}/seed{s}"] = NO_CHECKPOINT
+        continue
       last = kept[-1]
       wanted = [("start", 0), ("final", last)] + [
           (f, max(k for k in kept if k <= f * last + 1e-9))
@@ -294,12 +299,15 @@ def rescore(out: str, *, num_tasks: int = 256, seed: int = 12345,
                            "--num_tasks", str(num_tasks), "--seed", str(seed),
                            "--temperature", str(temperature)])
           except SystemExit as e:  # the run's own problem: say, go on
-            print(f"{m}/seed{s}: left out, update {step} cannot be scored "
-                  f"({e})", flush=True)
+            if not isinstance(e.code, str):
+              raise  # a flag evaluate refused: ours, not the run's
+            left_out[f"{m}/seed{s}"] = (f"update {step} cannot be scored: "
+                                        f"{e.code}")
+            print(f"{m}/seed{s}: left out, {left_out[f'{m}/seed{s}']}",
+                  flush=True)
             reports[m].pop(s)
             break
-        with open(path) as f:
-          report = json.load(f)
+        report = _read_report(path)
         if isinstance(which, str):
           pair[which] = report
         else:
@@ -308,18 +316,34 @@ def rescore(out: str, *, num_tasks: int = 256, seed: int = 12345,
       reports.pop(m)
   if not reports:
     raise FileNotFoundError(f"no OUT/<method>/seed<S> run under {out} has a "
-                            "checkpoint yet")
+                            f"checkpoint that could be scored; left out: "
+                            f"{left_out}")
   summary = results.rescored(reports)
   summary["command"] = command
+  summary["left_out"] = left_out
   atomic.write_text(os.path.join(out, "rescored.json"),
                     json.dumps(summary, indent=1))
   text = results.rescored_markdown(summary)
+  if left_out:
+    text += "\nLeft out: " + "; ".join(
+        f"{k} ({why})" for k, why in left_out.items()) + ".\n"
   if command:
     text += f"\nProduced by:\n\n```bash\n{command}\n```\n"
   atomic.write_text(os.path.join(out, "rescored.md"), text)
   if md:
     _update_section(md, text, begin=RESCORED_BEGIN, end=RESCORED_END)
   return summary
+
+
+def _read_report(path: str) -> dict[str, Any]:
+  """An evaluation report; a damaged one is an error that names it."""
+  try:
+    with open(path) as f:
+      return json.load(f)
+  except ValueError as e:
+    raise ValueError(f"{path} does not parse ({e}); evaluate writes reports "
+                     "whole, so it was damaged: delete it and rerun to score "
+                     "that checkpoint again") from None
 
 
 def _update_section(md: str, text: str, *, begin: str, end: str) -> None:
@@ -360,7 +384,31 @@ def _provenance(summary, histories, out, md, target) -> str:
 
 
 def _ints(text: str) -> list[int]:
-  return [int(x) for x in text.split(",") if x.strip()]
+  """"0,1,2" -> [0, 1, 2]; at least one."""
+  try:
+    out = [int(x) for x in text.split(",") if x.strip()]
+  except ValueError:
+    raise argparse.ArgumentTypeError(
+        f"expected comma-separated integers, got {text!r}") from None
+  if not out:
+    raise argparse.ArgumentTypeError(f"no seed in {text!r}")
+  return out
+
+
+def _names(text: str) -> list[str]:
+  """"grpo,seed" -> ["grpo", "seed"]; at least one."""
+  out = [x.strip() for x in text.split(",") if x.strip()]
+  if not out:
+    raise argparse.ArgumentTypeError(f"no name in {text!r}")
+  return out
+
+
+def _temperature(text: str) -> float:
+  t = float(text)
+  if not (math.isfinite(t) and t >= 0):
+    raise argparse.ArgumentTypeError(
+        f"must be a finite number >= 0 (0: greedy), got {text}")
+  return t
 
 
 def _floats(text: str) -> list[float]:
@@ -379,7 +427,8 @@ def parse_flags(argv):
   sub = parser.add_subparsers(dest="command", required=True)
   run = sub.add_parser("run", help="start or resume every run")
   run.add_argument("--out", required=True)
-  run.add_argument("--methods", default=",".join(DEFAULT_METHODS),
+  run.add_argument("--methods", type=_names,
+                   default=list(DEFAULT_METHODS),
                    help=f"comma-separated, of {list(METHODS)} (default "
                    f"{','.join(DEFAULT_METHODS)})")
   run.add_argument("--seeds", type=_ints, default=[0, 1, 2])
@@ -405,8 +454,8 @@ def parse_flags(argv):
                   help="tasks per split")
   ev.add_argument("--seed", type=int, default=12345,
                   help="the evaluation seed (tasks and sampling keys)")
-  ev.add_argument("--temperature", type=float, default=0.4)
-  ev.add_argument("--methods", default=None,
+  ev.add_argument("--temperature", type=_temperature, default=0.4)
+  ev.add_argument("--methods", type=_names, default=None,
                   help="comma-separated (default: every method of OUT)")
   ev.add_argument("--fractions", type=_floats, default=(),
                   help="also score the last kept checkpoint at or before "
@@ -443,23 +492,28 @@ def main(argv=None) -> int:
           ["python", "-m", "seed_jax.experiments", *argv])
       summary = rescore(args.out, num_tasks=args.num_tasks, seed=args.seed,
                         temperature=args.temperature, md=args.md,
-                        methods=(args.methods.split(",") if args.methods
-                                 else None), fractions=args.fractions,
+                        methods=args.methods, fractions=args.fractions,
                         command=command)
       print(results.rescored_markdown(summary))
-      return 0
-    runs = plan(args.out, methods=args.methods.split(","), seeds=args.seeds,
+      failed = {k: v for k, v in summary["left_out"].items()
+                if v != NO_CHECKPOINT}
+      if failed:
+        print(f"left out, their checkpoints cannot be scored: {failed}",
+              flush=True)
+      return 1 if failed else 0
+    runs = plan(args.out, methods=args.methods, seeds=args.seeds,
                 gin_files=args.gin_file or [DEFAULT_GIN], bindings=args.gin)
     if args.parallel < 1:
       raise ValueError(f"--parallel must be at least 1, got {args.parallel}")
     # A typo in a binding fails here, before any run starts.
     num_updates = {run.name: planned_updates(run) for run in runs}
+    done = {run.name: runner.is_done(run.workdir, num_updates[run.name])
+            for run in runs}
   except (FileNotFoundError, ValueError) as e:
     raise SystemExit(f"error: {e}") from e
   if args.dry_run:
     for run in runs:
-      done = runner.is_done(run.workdir, num_updates[run.name])
-      print(f"# {run.name}: {'done' if done else 'to run'}, "
+      print(f"# {run.name}: {'done' if done[run.name] else 'to run'}, "
             f"{num_updates[run.name]} updates\n{run.command()}")
     return 0
   command = sweep.shell_command(

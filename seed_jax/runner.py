@@ -59,12 +59,32 @@ class Run:
 
 
 def read_history(workdir: str) -> list[dict[str, Any]]:
-  """The records of `workdir/metrics.jsonl`; [] when there is none."""
+  """The records of `workdir/metrics.jsonl`; [] when there is none.
+
+  Raises:
+    ValueError: a line that is not a JSON record with an "update", named by
+      path and line number.
+  """
   path = os.path.join(workdir, "metrics.jsonl")
   if not os.path.exists(path):
     return []
+  records = []
   with open(path) as f:
-    return [json.loads(line) for line in f if line.strip()]
+    for number, line in enumerate(f, 1):
+      if not line.strip():
+        continue
+      try:
+        record = json.loads(line)
+      except ValueError as e:
+        record = e
+      if not isinstance(record, dict) or "update" not in record:
+        raise ValueError(
+            f"{path}, line {number}, is not a metrics record ({record}); "
+            "training rewrites the file whole, so it was changed by hand or "
+            "damaged: delete it and resume the run, which writes it again "
+            "from the history its checkpoint keeps")
+      records.append(record)
+  return records
 
 
 def is_done(workdir: str, num_updates: int) -> bool:
@@ -273,6 +293,11 @@ def status_report(out: str) -> str:
   except ValueError as e:
     raise ValueError(f"{path} does not parse ({e}); `run` rewrites it when "
                      "it starts again") from None
+  missing = [k for k in ("pid", "host", "updated", "runs")
+             if not isinstance(status, dict) or k not in status]
+  if missing:
+    raise ValueError(f"{path} is not a runner's status (no {missing}); "
+                     "`run` rewrites it when it starts again")
   alive = _runner_alive(status)
   runner = {True: "running", False: "stopped", None: "unknown (other host)"}
   lines = [f"runner pid {status['pid']} on {status['host']}: {runner[alive]}"

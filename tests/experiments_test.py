@@ -236,14 +236,24 @@ def test_run_skips_finished_runs_status_and_summary(tmp_path, capsys,
 
   monkeypatch.setattr(evaluate, "main", corrupt)
   capsys.readouterr()
-  assert experiments.main(argv[:-2]) == 0
-  assert ("grpo/seed0: left out, update 2 cannot be scored (error: "
-          "checkpoint 2 is corrupt)") in capsys.readouterr().out
+  assert experiments.main(argv[:-2]) == 1
+  why = "update 2 cannot be scored: error: checkpoint 2 is corrupt"
+  assert f"grpo/seed0: left out, {why}" in capsys.readouterr().out
   rescored = json.load(open(os.path.join(out, "rescored.json")))
   assert rescored["methods"] == ["seed"]
+  assert rescored["left_out"] == {"grpo/seed0": why}
+  assert f"Left out: grpo/seed0 ({why})." in open(
+      os.path.join(out, "rescored.md")).read()
+  # A damaged report is named, not read as a result or scored over.
+  report = os.path.join(out, "seed", "seed0", "eval",
+                        "step_2_tasks2_seed0_temp0.4.json")
+  with open(report, "w") as f:
+    f.write('{"metrics": {')
+  with pytest.raises(SystemExit, match=f"{report} does not parse"):
+    experiments.main(argv[:-2] + ["--methods", "seed"])
   with pytest.raises(SystemExit, match="--num_tasks must be at least 1"):
     experiments.main(["evaluate", "--out", out, "--num_tasks", "0"])
-  with pytest.raises(SystemExit, match="has a checkpoint yet"):
+  with pytest.raises(SystemExit, match="has a checkpoint that could be"):
     experiments.main(["evaluate", "--out", str(tmp_path / "empty")])
 
 
@@ -262,7 +272,7 @@ def test_a_failed_run_is_reported(tmp_path, capsys):
   assert "failed (1)" in capsys.readouterr().out
 
 
-def test_bad_inputs(tmp_path):
+def test_bad_inputs(tmp_path, capsys):
   with pytest.raises(SystemExit, match="no status.json"):
     experiments.main(["status", "--out", str(tmp_path)])
   with pytest.raises(SystemExit, match="no run has finished"):
@@ -279,6 +289,23 @@ def test_bad_inputs(tmp_path):
   with pytest.raises(SystemExit, match=r"method\(s\) \['grpoo'\].*\['grpo'\]"):
     experiments.main(["evaluate", "--out", str(tmp_path), "--num_tasks", "1",
                       "--methods", "grpoo"])
+  (tmp_path / "status.json").write_text("{}")
+  with pytest.raises(SystemExit, match=r"not a runner's status \(no \['pid'"):
+    experiments.main(["status", "--out", str(tmp_path)])
+  # Flags that would plan nothing or evaluate nonsense stop at parsing.
+  for flags in (["run", "--seeds", ","], ["run", "--methods", ","],
+                ["evaluate", "--temperature", "nan"],
+                ["evaluate", "--temperature", "-1"]):
+    with pytest.raises(SystemExit):
+      experiments.main([flags[0], "--out", str(tmp_path), *flags[1:]])
+    assert "argument --" in capsys.readouterr().err
+  # A damaged metrics.jsonl is named by path and line, in every command.
+  metrics = tmp_path / "grpo" / "seed0" / "metrics.jsonl"
+  metrics.write_text('{"update": 1}\n{"update": 2, "succ')
+  for command in (["summarize"], ["run", "--methods", "grpo", "--seeds", "0",
+                                  "--gin_file", TINY, "--dry_run"]):
+    with pytest.raises(SystemExit, match=f"{metrics}, line 2, is not a"):
+      experiments.main([command[0], "--out", str(tmp_path), *command[1:]])
 
 
 def test_replace_section():
