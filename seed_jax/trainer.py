@@ -57,6 +57,10 @@ class RLConfig:
   step_advantage_weight: GiGPO's w: each sample's advantage gains w times its
     step advantage (`advantages.gigpo_step_advantage` over the discounted
     step rewards, gamma `step_gamma`, normalized as `adv_norm`); 0 is off.
+  temperature: the rollouts' sampling temperature. The scorer and the loss
+    take log-probs at temperature 1 (the paper's setting, 1.0), so at any
+    other value the samples come from another policy than the one PPO's
+    ratios and the distillation term describe; a warning says so.
   """
   variant: str = "seed"
   analyzer: str = "self"
@@ -109,6 +113,12 @@ class RLConfig:
     if not self.temperature > 0:
       raise ValueError(f"RL samples its rollouts: temperature must be > 0, "
                        f"got {self.temperature}")
+    if self.temperature != 1.0:
+      logging.warning(
+          "RL rollouts at temperature %g: log-probs are scored at temperature "
+          "1, so PPO and the distillation term treat the samples as the "
+          "temperature-1 policy's (off-policy by the difference)",
+          self.temperature)
     if self.variant not in VARIANTS:
       raise ValueError(f"unknown variant {self.variant!r}; known: {VARIANTS}")
     if self.analyzer not in ANALYZERS:

@@ -45,7 +45,7 @@ def test_step_advantage_groups_equal_observations_of_one_task():
   assert metrics["step_groups_shared"] == pytest.approx(2 / 5)
 
 
-def test_step_knobs_are_checked():
+def test_step_knobs_are_checked(caplog):
   with pytest.raises(ValueError, match="analysis_mode"):
     trainer_lib.RLConfig(analysis_mode="steps")
   with pytest.raises(ValueError, match="step_gamma"):
@@ -54,6 +54,11 @@ def test_step_knobs_are_checked():
     trainer_lib.RLConfig(max_critical_steps=0)
   with pytest.raises(ValueError, match="temperature must be > 0"):
     trainer_lib.RLConfig(temperature=0.0)
+  with caplog.at_level("WARNING"):
+    trainer_lib.RLConfig()
+    assert not caplog.records
+    trainer_lib.RLConfig(temperature=0.7)
+  assert "RL rollouts at temperature 0.7" in caplog.text
   assert trainer_lib.RLConfig(analysis_mode="episode_step").step_skills == 3
   assert trainer_lib.RLConfig().step_skills == 0
 
