@@ -26,6 +26,7 @@ import jax
 from jax.experimental import multihost_utils
 import orbax.checkpoint as ocp
 
+from seed_jax import atomic
 from seed_jax import checkpoints
 from seed_jax import hf
 from seed_jax import model as model_lib
@@ -36,6 +37,8 @@ PARAMS = "params"
 # loader could read them instead of the converted weights.
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5",
                     ".msgpack", ".ckpt", ".index.json", ".tmp")
+# The dtypes orbax_to_hf writes: the floats safetensors stores.
+DTYPES = ("float32", "bfloat16", "float16", "float64")
 
 
 def _side_files(folder: str) -> list[str]:
@@ -54,13 +57,63 @@ def _copy_side_files(src: str, dst: str) -> None:
     shutil.copy2(os.path.join(src, name), os.path.join(dst, name))
 
 
+def check_source(src: str, *, orbax: bool = False) -> None:
+  """Raises unless `src` is a model folder (an orbax one when `orbax`).
+
+  Raises:
+    FileNotFoundError: naming the folder and what it lacks.
+  """
+  if not os.path.isdir(src):
+    raise FileNotFoundError(f"source {src!r} is not a folder")
+  if not os.path.isfile(os.path.join(src, "config.json")):
+    raise FileNotFoundError(f"no config.json in source folder {src!r}")
+  if orbax and not os.path.isdir(os.path.join(src, PARAMS)):
+    raise FileNotFoundError(f"no {PARAMS}/ in source folder {src!r}; is it "
+                            "a folder written by hf_to_orbax?")
+
+
+def check_destination(dst: str, *, src: str | None = None) -> None:
+  """Raises before any work when `dst` cannot become the output folder.
+
+  Raises:
+    NotADirectoryError: when `dst`, or a folder above it, is a file.
+    PermissionError: when the folder that would hold `dst` is read-only.
+    ValueError: when `dst` is `src`.
+  """
+  path = os.path.abspath(dst)
+  if src is not None and path == os.path.abspath(src):
+    raise ValueError(f"destination {dst!r} is the source folder")
+  if os.path.exists(path) and not os.path.isdir(path):
+    raise NotADirectoryError(f"destination {dst!r} is a file, not a folder")
+  parent = path
+  while not os.path.exists(parent):  # the nearest existing folder above
+    parent = os.path.dirname(parent)
+  if not os.path.isdir(parent):
+    raise NotADirectoryError(f"destination {dst!r} lies under the file "
+                             f"{parent!r}")
+  if not os.access(parent, os.W_OK):
+    raise PermissionError(f"destination {dst!r}: folder {parent!r} is not "
+                          "writable")
+
+
+def check_dtype(dtype: str | None) -> None:
+  """Raises ValueError unless `dtype` is None or one of `DTYPES`."""
+  if dtype is not None and dtype not in DTYPES:
+    raise ValueError(f"dtype {dtype!r} cannot hold the weights; choose one "
+                     f"of {', '.join(DTYPES)}")
+
+
 def hf_to_orbax(src: str, dst: str, *, mesh_shape: Sequence[int] = (1, -1, 1)
                 ) -> model_lib.ModelConfig:
   """Reads a Hugging Face folder onto a mesh and saves it with orbax.
 
   Raises:
     FileExistsError: when `dst/params` already exists.
+    FileNotFoundError, NotADirectoryError, PermissionError, ValueError: as
+      `check_source` and `check_destination`, before the model is read.
   """
+  check_source(src)
+  check_destination(dst, src=src)
   target = epath.Path(dst).absolute() / PARAMS  # orbax wants absolute paths
   if target.exists():
     raise FileExistsError(f"{target} exists; choose another destination")
@@ -72,8 +125,8 @@ def hf_to_orbax(src: str, dst: str, *, mesh_shape: Sequence[int] = (1, -1, 1)
   # no `params`, so the same command can run again.
   _copy_side_files(src, dst)
   if jax.process_index() == 0:
-    with open(os.path.join(dst, "config.json"), "w") as f:
-      json.dump(config.to_hf(), f, indent=1)
+    atomic.write_text(os.path.join(dst, "config.json"),
+                      json.dumps(config.to_hf(), indent=1))
   with ocp.StandardCheckpointer() as ckptr:
     ckptr.save(target, params)
   return config
@@ -101,8 +154,16 @@ def orbax_to_hf(src: str, dst: str, *, mesh_shape: Sequence[int] = (1, -1, 1),
     dst: the Hugging Face folder to write (safetensors shards, config.json,
       the side files).
     mesh_shape: the mesh to restore onto.
-    dtype: the safetensors dtype (default the parameters').
+    dtype: the safetensors dtype, one of `DTYPES` (default the parameters').
+
+  Raises:
+    FileNotFoundError, NotADirectoryError, PermissionError, ValueError: as
+      `check_dtype`, `check_source` and `check_destination`, before anything
+      is read or written.
   """
+  check_dtype(dtype)
+  check_source(src, orbax=True)
+  check_destination(dst, src=src)
   config, params = restore_params(src, mesh_shape=mesh_shape)
   if jax.process_count() > 1:  # a collective: whole tensors on every host
     params = multihost_utils.process_allgather(params, tiled=True)
@@ -112,22 +173,64 @@ def orbax_to_hf(src: str, dst: str, *, mesh_shape: Sequence[int] = (1, -1, 1),
   return config
 
 
-def main(argv=None) -> None:
+def parse_mesh(text: str) -> tuple[int, int, int]:
+  """"1,-1,1" -> (1, -1, 1).
+
+  Raises:
+    ValueError: naming --mesh, unless three integers (positive, or -1).
+  """
+  try:
+    sizes = tuple(int(s) for s in text.split(","))
+  except ValueError:
+    sizes = ()
+  if len(sizes) != 3 or any(s < 1 and s != -1 for s in sizes):
+    raise ValueError(f"--mesh={text}: want three sizes data,fsdp,tensor, "
+                     "each a positive integer or -1, e.g. --mesh=1,-1,1")
+  return sizes
+
+
+def parse_flags(argv: Sequence[str]) -> argparse.Namespace:
+  """The flags of `main`, checked before any device starts.
+
+  Raises:
+    ValueError, FileNotFoundError, NotADirectoryError, PermissionError: a
+      bad --mesh or --dtype, a --src that is no model folder, a --dst that
+      cannot be written.
+  """
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   p.add_argument("direction", choices=("hf_to_orbax", "orbax_to_hf"))
   p.add_argument("--src", required=True)
   p.add_argument("--dst", required=True)
   p.add_argument("--mesh", default="1,-1,1", help="data,fsdp,tensor")
   p.add_argument("--dtype", default=None,
-                 help="orbax_to_hf: safetensors dtype, e.g. bfloat16")
-  args = p.parse_args(sys.argv[1:] if argv is None else argv)
-  from seed_jax import distributed  # pylint: disable=g-import-not-at-top
-  distributed.initialize()
-  mesh = tuple(int(s) for s in args.mesh.split(","))
-  if args.direction == "hf_to_orbax":
-    config = hf_to_orbax(args.src, args.dst, mesh_shape=mesh)
-  else:
-    config = orbax_to_hf(args.src, args.dst, mesh_shape=mesh, dtype=args.dtype)
+                 help=f"orbax_to_hf: safetensors dtype, one of {DTYPES}")
+  args = p.parse_args(argv)
+  args.mesh = parse_mesh(args.mesh)
+  if args.dtype is not None and args.direction == "hf_to_orbax":
+    raise ValueError("--dtype is for orbax_to_hf; hf_to_orbax keeps the "
+                     "dtype of the weights")
+  try:
+    check_dtype(args.dtype)
+  except ValueError as e:
+    raise ValueError(f"--dtype: {e}") from None
+  check_source(args.src, orbax=args.direction == "orbax_to_hf")
+  check_destination(args.dst, src=args.src)
+  return args
+
+
+def main(argv=None) -> None:
+  """Converts; bad flags or folders exit with one `error: ...` line."""
+  try:
+    args = parse_flags(sys.argv[1:] if argv is None else argv)
+    from seed_jax import distributed  # pylint: disable=g-import-not-at-top
+    distributed.initialize()
+    convert = hf_to_orbax if args.direction == "hf_to_orbax" else orbax_to_hf
+    kwargs = {} if args.dtype is None else {"dtype": args.dtype}
+    config = convert(args.src, args.dst, mesh_shape=args.mesh, **kwargs)
+  except KeyError as e:  # a tensor missing from the source
+    raise SystemExit(f"error: {e.args[0]}") from None
+  except (OSError, ValueError) as e:
+    raise SystemExit(f"error: {e}") from None
   print(f"{args.direction}: {config.family}, {config.num_layers} layers, "
         f"hidden {config.hidden_size} -> {args.dst}")
 

@@ -46,8 +46,9 @@ def load(path: str) -> list[dict[str, Any]]:
 
   Raises:
     FileNotFoundError: no such file.
-    ValueError: when the file has no `sweep()` or yields something else
-      than non-empty dicts.
+    ValueError: when the file does not run (a syntax error, an exception:
+      named with its line), has no `sweep()` or yields something else than
+      non-empty dicts.
   """
   if not os.path.isfile(path):
     raise FileNotFoundError(f"no sweep file {path!r}")
@@ -55,10 +56,10 @@ def load(path: str) -> list[dict[str, Any]]:
   if spec is None or spec.loader is None:
     raise ValueError(f"cannot load sweep file {path!r}")
   module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
+  _call(path, spec.loader.exec_module, module)
   if not callable(getattr(module, "sweep", None)):
     raise ValueError(f"sweep file {path!r} defines no sweep() function")
-  runs = list(module.sweep())
+  runs = _call(path, lambda: list(module.sweep()))
   bad = next((b for b in runs if not isinstance(b, collections.abc.Mapping)),
              None)
   if bad is not None:
@@ -68,6 +69,24 @@ def load(path: str) -> list[dict[str, Any]]:
   if not runs or not all(runs):
     raise ValueError(f"sweep file {path!r} yields no (or an empty) binding set")
   return runs
+
+
+def _call(path: str, fn, *args):
+  """fn(*args) for sweep file `path`; its errors become a ValueError that
+  names the file and the line."""
+  try:
+    return fn(*args)
+  except SyntaxError as e:
+    where = ("" if os.path.abspath(e.filename or "") == os.path.abspath(path)
+             else f" in {e.filename}")
+    raise ValueError(f"sweep file {path!r}: syntax error{where} line "
+                     f"{e.lineno}: {e.msg}") from None
+  except Exception as e:  # pylint: disable=broad-except
+    frames = [f for f in traceback.extract_tb(e.__traceback__)
+              if os.path.abspath(f.filename) == os.path.abspath(path)]
+    line = f" line {frames[-1].lineno}" if frames else ""
+    raise ValueError(f"sweep file {path!r}{line}: {type(e).__name__}: "
+                     f"{e}") from e
 
 
 def sweep_name(path: str) -> str:
@@ -139,16 +158,39 @@ def _quote(word: str) -> str:
 
 
 def final_metrics(run_dir: str) -> dict[str, Any] | None:
-  """Each metric's last value in `run_dir/metrics.jsonl`; None if absent."""
+  """Each metric's last value in `run_dir/metrics.jsonl`; None if absent.
+
+  Raises:
+    ValueError: naming the file and line of a line that is no JSON object
+      (a truncated or hand-edited file).
+  """
   path = os.path.join(run_dir, "metrics.jsonl")
   if not os.path.exists(path):
     return None
   final: dict[str, Any] = {}
   with open(path) as f:
-    for line in f:
-      if line.strip():
-        final.update(json.loads(line))
+    for n, line in enumerate(f, 1):
+      if not line.strip():
+        continue
+      try:
+        record = json.loads(line)
+      except ValueError as e:
+        raise ValueError(f"{path} line {n}: not JSON ({e}); a truncated "
+                         "file?") from None
+      if not isinstance(record, dict):
+        raise ValueError(f"{path} line {n}: {record!r} is not a JSON object "
+                         "of metrics")
+      final.update(record)
   return final
+
+
+def _status(i: int, final: Mapping[str, Any] | None, failed: Sequence[int],
+            planned: int | None) -> str:
+  last = final.get("update") if final else None
+  return ("failed" if i in failed else "missing" if final is None
+          else f"update {last}/{planned}"
+          if planned is not None and (last is None or last < planned)
+          else "done")
 
 
 def summarize(runs: Sequence[Mapping[str, Any]], root: str, *,
@@ -170,14 +212,30 @@ def summarize(runs: Sequence[Mapping[str, Any]], root: str, *,
   for i, b in enumerate(runs):
     final = final_metrics(os.path.join(root, str(i)))
     planned = num_updates[i] if num_updates is not None else None
-    last = final.get("update") if final else None
-    status = ("failed" if i in failed else "missing" if final is None
-              else f"update {last}/{planned}"
-              if planned is not None and (last is None or last < planned)
-              else "done")
+    status = _status(i, final, failed, planned)
     vals = [_fmt(final.get(m)) if final else "-" for m in metrics]
     rows.append([str(i), *(_fmt(b.get(k)) for k in keys), status, *vals])
   return header, rows
+
+
+def unlogged_metrics(runs: Sequence[Mapping[str, Any]], root: str, *,
+                     metrics: Sequence[str], failed: Sequence[int] = (),
+                     num_updates: Sequence[int | None] | None = None
+                     ) -> tuple[list[str], list[str]]:
+  """The `metrics` that no done run logged, and the names done runs log.
+
+  Both lists are empty while no run is done (as `summarize` counts them):
+  a run still going may log a metric later.
+  """
+  logged: set[str] = set()
+  for i in range(len(runs)):
+    final = final_metrics(os.path.join(root, str(i)))
+    planned = num_updates[i] if num_updates is not None else None
+    if _status(i, final, failed, planned) == "done":
+      logged.update(final)
+  if not logged:
+    return [], []
+  return [m for m in metrics if m not in logged], sorted(logged)
 
 
 def _fmt(v) -> str:
@@ -236,12 +294,23 @@ def parse_flags(argv):
                     help="print one command per run instead")
   mode.add_argument("--summarize", action="store_true",
                     help="only (re)write the summary of finished runs")
-  parser.add_argument("--launcher", choices=LAUNCHERS, default="local")
-  parser.add_argument("--metrics", default=",".join(DEFAULT_METRICS))
+  parser.add_argument(
+      "--launcher", choices=LAUNCHERS, default="local",
+      help="with --emit_commands: what the commands run on; --local runs "
+      "here only, and --summarize reads the same run folders whatever it is")
+  parser.add_argument(
+      "--metrics", default=",".join(DEFAULT_METRICS),
+      help="comma-separated columns of the summary, each the last value a "
+      "run logged; a name that no done run logged is warned about (with the "
+      "names they log) and stays a column of '-'")
   known, rest = parser.parse_known_args(argv)
   for arg in rest:  # gin bindings for every run, as seed_jax.train takes them
     if not (arg.startswith("--gin.") and "=" in arg):
       parser.error(f"unrecognized argument {arg!r}")
+  if (known.launcher != "local" and not known.emit_commands
+      and not known.summarize):
+    parser.error(f"--launcher={known.launcher} needs --emit_commands; "
+                 "without it the runs would train here, one after another")
   known.extra = rest
   return known
 
@@ -258,16 +327,27 @@ def main(argv=None) -> int:
     planned = [train.planned_updates(
         train_argv(args.gin_file, os.path.join(root, str(i)), b, args.extra),
         multi_host=pod) for i, b in enumerate(runs)]
+    if args.emit_commands:
+      lines = commands(runs, gin_files=args.gin_file, root=root,
+                       launcher=args.launcher, extra=args.extra)
   except (FileNotFoundError, ValueError) as e:
     raise SystemExit(f"error: {e}") from None
   if args.emit_commands:
-    print("\n".join(commands(runs, gin_files=args.gin_file, root=root,
-                             launcher=args.launcher, extra=args.extra)))
+    print("\n".join(lines))
     return 0
   failed = [] if args.summarize else run_local(
       runs, gin_files=args.gin_file, root=root, extra=args.extra)
-  header, rows = summarize(runs, root, metrics=args.metrics.split(","),
-                           failed=failed, num_updates=planned)
+  metrics = args.metrics.split(",")
+  try:
+    header, rows = summarize(runs, root, metrics=metrics, failed=failed,
+                             num_updates=planned)
+    unknown, logged = unlogged_metrics(runs, root, metrics=metrics,
+                                       failed=failed, num_updates=planned)
+  except ValueError as e:
+    raise SystemExit(f"error: summary of {root}: {e}") from None
+  if unknown:
+    print(f"warning: no done run logged --metrics {', '.join(unknown)}; "
+          f"they log: {', '.join(logged)}", file=sys.stderr)
   from seed_jax import distributed  # pylint: disable=g-import-not-at-top
   if distributed.is_writer():
     print(write_summary(root, header, rows), end="")

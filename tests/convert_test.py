@@ -2,7 +2,9 @@
 
 import json
 import os
+import re
 
+from etils import epath
 import jax
 from jax.sharding import PartitionSpec as P
 import numpy as np
@@ -59,3 +61,105 @@ def test_round_trip_keeps_every_tensor(tmp_path):
   for name in want:
     np.testing.assert_array_equal(got[name], want[name], err_msg=name)
   assert os.path.exists(os.path.join(back, "tokenizer_config.json"))
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+  """(Hugging Face folder, orbax folder) of one tiny model."""
+  root = tmp_path_factory.mktemp("convert")
+  config = testing.tiny_config(family="llama")
+  src, ckpt = str(root / "hf"), str(root / "orbax")
+  hf.save_pretrained(src, config, model_lib.init_params(config,
+                                                        jax.random.key(0)))
+  convert.hf_to_orbax(src, ckpt)
+  return src, ckpt
+
+
+def _no_reading(monkeypatch):
+  """Fails a test that reads the model before refusing its flags."""
+  def read(*args, **kwargs):
+    raise AssertionError("the model was read before the flags were checked")
+  monkeypatch.setattr(hf, "load_pretrained", read)
+  monkeypatch.setattr(convert, "restore_params", read)
+
+
+def _exit_message(argv) -> str:
+  with pytest.raises(SystemExit) as e:
+    convert.main(argv)
+  message = str(e.value.code)
+  assert message.startswith("error: ") and "\n" not in message, message
+  return message
+
+
+@pytest.mark.parametrize("direction,flags,match", [
+    ("hf_to_orbax", {"src": "{tmp}/nope"}, "source '.*/nope' is not a folder"),
+    ("hf_to_orbax", {"src": "{tmp}"}, "no config.json in source folder"),
+    ("orbax_to_hf", {"src": "{hf}"}, "no params/ in source folder"),
+    ("hf_to_orbax", {"mesh": "a,b"}, "--mesh=a,b: want three sizes"),
+    ("hf_to_orbax", {"mesh": "1,2"}, "--mesh=1,2: want three sizes"),
+    ("hf_to_orbax", {"mesh": "0,-1,1"}, "--mesh=0,-1,1: want three sizes"),
+    ("hf_to_orbax", {"mesh": "3,1,1"}, "needs 3 devices, 8 available"),
+    ("orbax_to_hf", {"dtype": "float7"}, "--dtype: dtype 'float7' cannot"),
+    ("orbax_to_hf", {"dtype": "int8"}, "--dtype: dtype 'int8' cannot hold"),
+    ("hf_to_orbax", {"dtype": "bfloat16"}, "--dtype is for orbax_to_hf"),
+    ("hf_to_orbax", {"dst": "{hf}"}, "destination .* is the source folder"),
+])
+def test_bad_flags_are_one_line_errors_and_write_nothing(
+    folders, tmp_path, monkeypatch, direction, flags, match):
+  hf_dir, orbax_dir = folders
+  flags = {"src": hf_dir if direction == "hf_to_orbax" else orbax_dir,
+           "dst": str(tmp_path / "out"), **flags}
+  argv = [direction] + [
+      f"--{k}={v.format(tmp=tmp_path, hf=hf_dir)}" for k, v in flags.items()]
+  before = sorted(os.listdir(hf_dir)), sorted(os.listdir(tmp_path))
+  _no_reading(monkeypatch)
+  message = _exit_message(argv)
+  assert re.search(match, message), message
+  assert (sorted(os.listdir(hf_dir)), sorted(os.listdir(tmp_path))) == before
+
+
+@pytest.mark.parametrize("direction", ["hf_to_orbax", "orbax_to_hf"])
+def test_a_destination_under_a_file_is_refused_before_reading(
+    folders, tmp_path, monkeypatch, direction):
+  src = folders[0] if direction == "hf_to_orbax" else folders[1]
+  (tmp_path / "f").write_text("keep")
+  _no_reading(monkeypatch)
+  assert "lies under the file" in _exit_message(
+      [direction, f"--src={src}", f"--dst={tmp_path}/f/out"])
+  assert "is a file, not a folder" in _exit_message(
+      [direction, f"--src={src}", f"--dst={tmp_path}/f"])
+  with pytest.raises(NotADirectoryError, match="lies under the file"):
+    getattr(convert, direction)(src, str(tmp_path / "f" / "out"))
+  assert (tmp_path / "f").read_text() == "keep"
+
+
+def test_existing_params_are_refused_and_kept(folders):
+  hf_dir, orbax_dir = folders
+  before = sorted(os.listdir(os.path.join(orbax_dir, "params")))
+  assert _exit_message(["hf_to_orbax", f"--src={hf_dir}",
+                        f"--dst={orbax_dir}"]).endswith(
+                            "params exists; choose another destination")
+  assert sorted(os.listdir(os.path.join(orbax_dir, "params"))) == before
+
+
+def test_a_bad_dtype_leaves_no_destination_folder(folders, tmp_path):
+  # The library call, no flags checked first: still nothing is created.
+  with pytest.raises(ValueError, match="'int8' cannot hold the weights"):
+    convert.orbax_to_hf(folders[1], str(tmp_path / "back"), dtype="int8")
+  assert not os.path.exists(tmp_path / "back")
+
+
+def test_a_failed_config_write_keeps_the_old_config(folders, tmp_path,
+                                                    monkeypatch):
+  dst = tmp_path / "out"  # an interrupted earlier run: config.json, no params
+  dst.mkdir()
+  (dst / "config.json").write_text("old")
+
+  def no_space(self, target):
+    raise OSError(28, "No space left on device")
+
+  monkeypatch.setattr(type(epath.Path(dst)), "replace", no_space)
+  assert "No space left" in _exit_message(
+      ["hf_to_orbax", f"--src={folders[0]}", f"--dst={dst}"])
+  assert (dst / "config.json").read_text() == "old"
+  assert sorted(os.listdir(dst)) == ["config.json"]

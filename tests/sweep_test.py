@@ -170,3 +170,92 @@ def test_local_runs_one_after_another(tmp_path, monkeypatch, capsys):
   assert "| 1 | 0.2 | failed | - |" in out
   assert "| 2 | 0.3 | failed | - |" in out
   assert os.path.exists(os.path.join(root, "summary.csv"))
+
+
+@pytest.mark.parametrize("body,match", [
+    ("def sweep():\n  yield {'a.b': 1\n", r"two.py': syntax error line 2: "),
+    ("import nope_no_such_module\n", "two.py' line 1: ModuleNotFoundError: "
+     "No module named 'nope_no_such_module'"),
+    ("def sweep():\n  yield {'a.b': 1}\n  yield {'a.b': 1 / 0}\n",
+     "two.py' line 3: ZeroDivisionError: division by zero"),
+    ("def sweep():\n  raise ValueError('no lr given')\n",
+     "two.py' line 2: ValueError: no lr given"),
+])
+def test_a_sweep_file_that_does_not_run_is_an_error_naming_it(
+    tmp_path, body, match):
+  sweep_file = tmp_path / "two.py"
+  sweep_file.write_text(body)
+  with pytest.raises(SystemExit, match=f"^error: sweep file '{tmp_path}/"
+                     f"{match}"):
+    sweep.main([f"--sweep={sweep_file}", f"--gin_file={TINY}",
+                f"--workdir={tmp_path}", "--emit_commands"])
+
+
+def test_a_pod_launcher_with_two_gin_files_is_an_error(tmp_path):
+  with pytest.raises(SystemExit,
+                     match="^error: launcher 'tpu' takes exactly one"):
+    sweep.main([f"--sweep={SWEEP}", f"--gin_file={TINY}",
+                "--gin_file=configs/runs/rl.gin", f"--workdir={tmp_path}",
+                "--emit_commands", "--launcher=tpu",
+                "--gin.train.train.mesh_shape=(1,-1,1)"])
+
+
+@pytest.mark.parametrize("mode", [[], ["--local"]])
+def test_a_pod_launcher_without_emit_commands_is_an_error(
+    tmp_path, monkeypatch, capsys, mode):
+  monkeypatch.setattr(train, "main", pytest.fail)  # nothing may train
+  with pytest.raises(SystemExit) as e:
+    sweep.main([f"--sweep={SWEEP}", f"--gin_file={TINY}",
+                f"--workdir={tmp_path}", "--launcher=tpu", *mode])
+  assert e.value.code == 2
+  assert "--launcher=tpu needs --emit_commands" in capsys.readouterr().err
+  assert not os.listdir(tmp_path)
+
+
+def _summarize(tmp_path, metrics):
+  sweep_file = tmp_path / "s.py"
+  sweep_file.write_text("def sweep():\n  for lr in (0.1, 0.2, 0.3):\n"
+                        "    yield {'train.train.learning_rate': lr}\n")
+  return sweep.main([f"--sweep={sweep_file}", f"--gin_file={TINY}",
+                     f"--workdir={tmp_path}", "--summarize",
+                     "--gin.NUM_UPDATES=2", f"--metrics={metrics}"])
+
+
+def test_a_metric_no_done_run_logged_is_warned_about(tmp_path, capsys):
+  # Run 0 is done, run 1 still going (it may log eval later), 2 missing.
+  _write_metrics(str(tmp_path / "s" / "0"),
+                 [{"update": 2, "kl": 0.5, "success_rate": 0.25}])
+  _write_metrics(str(tmp_path / "s" / "1"),
+                 [{"update": 1, "eval/seen/success": 0.5}])
+  assert _summarize(tmp_path, "kl,succes_rate,eval/seen/success") == 0
+  out, err = capsys.readouterr()
+  assert err == ("warning: no done run logged --metrics succes_rate, "
+                 "eval/seen/success; they log: kl, success_rate, update\n")
+  assert "| 0 | 0.1 | done | 0.5 | - | - |" in out  # the table still comes
+  assert _summarize(tmp_path, "kl,success_rate") == 0
+  assert capsys.readouterr().err == ""
+
+
+def test_no_warning_while_no_run_is_done(tmp_path, capsys):
+  _write_metrics(str(tmp_path / "s" / "0"), [{"update": 1, "kl": 0.5}])
+  assert _summarize(tmp_path, "eval/seen/success") == 0
+  assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("tail,match", [
+    ('{"update": 2, "kl": 0.', r"line 2: not JSON \(.*\); a truncated file"),
+    ("[1, 2]", r"line 2: \[1, 2\] is not a JSON object"),
+])
+def test_a_broken_metrics_file_is_an_error_naming_file_and_line(
+    tmp_path, tail, match):
+  run_dir = tmp_path / "s" / "1"
+  _write_metrics(str(run_dir), [{"update": 1, "kl": 0.5}])
+  with open(run_dir / "metrics.jsonl", "a") as f:
+    f.write(tail)
+  path = run_dir / "metrics.jsonl"
+  with pytest.raises(ValueError, match=f"^{path} {match}"):
+    sweep.final_metrics(str(run_dir))
+  with pytest.raises(SystemExit, match=f"^error: summary of {tmp_path}/s: "
+                     f"{path} {match}"):
+    _summarize(tmp_path, "kl")
+  assert not (tmp_path / "s" / "summary.md").exists()
