@@ -359,11 +359,48 @@ def _run_settings(workdir: str) -> dict[str, Any]:
     raise FileNotFoundError(f"{path} is missing: the run's settings are read "
                             "from the config.gin its training wrote")
   gin.clear_config()
-  gin.parse_config_file(path)
-  defaults = {k: p.default for k, p in
-              inspect.signature(train_lib.train).parameters.items()
-              if p.default is not inspect.Parameter.empty}
-  return {**defaults, **gin.get_bindings(train_lib.train)}
+  try:
+    gin.parse_config_file(path)
+  except Exception as e:  # gin raises TokenError, SyntaxError, ImportError...
+    gin.clear_config()  # no half-parsed run left bound
+    raise ValueError(f"{path} does not parse as the run's gin config "
+                     f"({type(e).__name__}: {e})") from e
+  params = inspect.signature(train_lib.train).parameters
+  bindings = gin.get_bindings(train_lib.train)
+  missing = [k for k, p in params.items() if p.kind == p.KEYWORD_ONLY
+             and p.default is p.empty and k not in bindings]
+  if missing:
+    raise ValueError(f"{path} binds no train.{', train.'.join(missing)}: it "
+                     "is not the config.gin of a training run")
+  defaults = {k: p.default for k, p in params.items()
+              if p.default is not p.empty}
+  return {**defaults, **bindings}
+
+
+def check_writable(path: str, *, what: str) -> None:
+  """Raises ValueError unless `path` can be written, creating nothing.
+
+  Called before any work, so that a bad output path does not cost the
+  results. Its folder must be writable or creatable (the nearest existing
+  folder above it writable); remote paths (gs://...) are not checked.
+
+  Args:
+    path: the file to be written.
+    what: what it is, for the message (e.g. "--out_json").
+  """
+  if "://" in path:
+    return
+  path = os.path.abspath(path)
+  if os.path.isdir(path):
+    raise ValueError(f"cannot write {what} {path}: it is a folder")
+  folder = os.path.dirname(path)
+  while not os.path.exists(folder):
+    folder = os.path.dirname(folder)
+  if not os.path.isdir(folder):
+    raise ValueError(f"cannot write {what} {path}: {folder} is a file, not "
+                     "a folder")
+  if not os.access(folder, os.W_OK | os.X_OK):
+    raise ValueError(f"cannot write {what} {path}: {folder} is not writable")
 
 
 def run_optimizer(run: dict[str, Any]) -> optax.GradientTransformation:
@@ -416,9 +453,9 @@ def parse_flags(argv):
   args = parser.parse_args(argv)
   if args.num_tasks < 1:
     parser.error(f"--num_tasks must be at least 1, got {args.num_tasks}")
-  if args.temperature < 0:
-    parser.error(f"--temperature must be >= 0 (0: greedy), got "
-                 f"{args.temperature}")
+  if not 0 <= args.temperature < float("inf"):  # nan fails both
+    parser.error(f"--temperature must be a finite number >= 0 (0: greedy), "
+                 f"got {args.temperature}")
   if args.max_steps is not None and args.max_steps < 1:
     parser.error(f"--max_steps must be at least 1, got {args.max_steps}")
   if args.history_length is not None and args.history_length < 0:
@@ -434,6 +471,7 @@ def main(argv=None) -> dict[str, Any]:
   workdir = os.path.abspath(args.workdir)
   try:
     step = pick_step(checkpoint_steps(workdir), args.step)
+    out_json, out_csv = _outputs(args, workdir, step)
     run = _run_settings(workdir)
   except (FileNotFoundError, ValueError) as e:
     raise SystemExit(f"error: {e}") from e
@@ -453,19 +491,37 @@ def main(argv=None) -> dict[str, Any]:
     # training deleted (max_to_keep) after it was picked.
     raise SystemExit(f"error: {e}") from None
   table = rows(report["metrics"])
+  # The table first: it stays on screen if a write fails after all.
+  print(f"update {step} of {workdir}, {args.num_tasks} tasks per split, "
+        f"temperature {args.temperature}:\n{format_table(table)}", flush=True)
+  try:
+    # The CSV first: a JSON on disk means the evaluation is complete (the
+    # experiments' rescoring reuses it).
+    atomic.write_text(out_csv, csv_text(table))
+    atomic.write_text(out_json, json.dumps(report, indent=1) + "\n")
+  except OSError as e:
+    raise SystemExit(f"error: could not write the report: {e}") from e
+  print(f"wrote {out_json} and {out_csv}", flush=True)
+  return report
+
+
+def _outputs(args, workdir: str, step: int) -> tuple[str, str]:
+  """The JSON and CSV paths of `main`, checked writable.
+
+  Raises:
+    ValueError: a path that cannot be written, or both paths the same.
+  """
   base = report_path(workdir, step, num_tasks=args.num_tasks, seed=args.seed,
                      temperature=args.temperature, max_steps=args.max_steps,
                      history_length=args.history_length)
   out_json = args.out_json or base + ".json"
   out_csv = args.out_csv or os.path.splitext(out_json)[0] + ".csv"
-  # The CSV first: a JSON on disk means the evaluation is complete (the
-  # experiments' rescoring reuses it).
-  atomic.write_text(out_csv, csv_text(table))
-  atomic.write_text(out_json, json.dumps(report, indent=1) + "\n")
-  print(f"update {step} of {workdir}, {args.num_tasks} tasks per split, "
-        f"temperature {args.temperature}:\n{format_table(table)}\n"
-        f"wrote {out_json} and {out_csv}", flush=True)
-  return report
+  if os.path.abspath(out_json) == os.path.abspath(out_csv):
+    raise ValueError(f"the JSON and the CSV would both be {out_json}; give "
+                     "--out_csv another name")
+  check_writable(out_json, what="the JSON report")
+  check_writable(out_csv, what="the CSV")
+  return out_json, out_csv
 
 
 if __name__ == "__main__":

@@ -149,12 +149,17 @@ def main(argv=None) -> dict[str, Any]:
   if args.batches < 1:
     raise SystemExit(f"error: --batches must be >= 1, got {args.batches}")
   import jax  # pylint: disable=g-import-not-at-top
+  from seed_jax import checkpoints  # pylint: disable=g-import-not-at-top
   from seed_jax import evaluate  # pylint: disable=g-import-not-at-top
   from seed_jax import train as train_lib  # pylint: disable=g-import-not-at-top
   from seed_jax import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
   train_lib.console_logging()
   workdir = os.path.abspath(args.workdir)
+  name = "gaps" + ("_rules" if args.analyzer == "rules" else "")
+  out = args.out_json or os.path.join(
+      workdir, f"{name}_step_{args.step}.json" if args.step else f"{name}.json")
   try:
+    evaluate.check_writable(out, what="the report")  # before any work
     run = evaluate._run_settings(workdir)  # pylint: disable=protected-access
     config, tokenizer = evaluate.load_policy(workdir, run["policy_fn"],
                                              seed=run["seed"])
@@ -172,7 +177,8 @@ def main(argv=None) -> dict[str, Any]:
       params = hf.load_pretrained(folder)[1]
     else:
       params = evaluate.restore_params(workdir, rl_trainer, args.step)
-  except (FileNotFoundError, ValueError) as e:
+  except (checkpoints.CorruptCheckpointError, FileNotFoundError,
+          ValueError) as e:
     raise SystemExit(f"error: {e}") from e
   report = breakdown(rl_trainer, params, jax.random.key(args.seed),
                      batches=args.batches)
@@ -184,10 +190,10 @@ def main(argv=None) -> dict[str, Any]:
     print(f"{key:26s} {c['tokens']:7.0f} {c['mean_gap']:+9.3f} "
           f"{c['above_0.5']:6.2f} {c['below_-0.5']:7.2f} "
           f"{c['mean_gate']:6.3f}")
-  name = "gaps" + ("_rules" if args.analyzer == "rules" else "")
-  out = args.out_json or os.path.join(
-      workdir, f"{name}_step_{args.step}.json" if args.step else f"{name}.json")
-  atomic.write_text(out, json.dumps(report, indent=1))
+  try:
+    atomic.write_text(out, json.dumps(report, indent=1))
+  except OSError as e:
+    raise SystemExit(f"error: could not write the report: {e}") from e
   print(f"{report['analyzed_samples']} analyzed samples "
         f"(analyses parsed {report['analyses_parsed']:.2f}); wrote {out}")
   return report

@@ -244,19 +244,41 @@ def _get_path(tree, path):
 # Hugging Face folders.
 
 
+def _read_json(path: str) -> Any:
+  """The JSON value in `path`.
+
+  Raises:
+    ValueError: naming the file when it does not parse (truncated, say).
+  """
+  try:
+    with open(path) as f:
+      return json.load(f)
+  except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+    raise ValueError(f"{path} does not parse as JSON ({e}): a truncated or "
+                     "damaged file?") from e
+
+
 def load_config(path: str, **overrides) -> model_lib.ModelConfig:
-  """Reads `path/config.json` into a `ModelConfig`."""
+  """Reads `path/config.json` into a `ModelConfig`.
+
+  Raises:
+    FileNotFoundError: no config.json in `path`.
+    ValueError: naming the file, when config.json or
+      generation_config.json does not parse.
+  """
   cfg = os.path.join(path, "config.json")
   if not os.path.exists(cfg):
     raise FileNotFoundError(f"no config.json in model folder {path!r}")
-  with open(cfg) as f:
-    hf_cfg = json.load(f)
+  hf_cfg = _read_json(cfg)
+  if not isinstance(hf_cfg, dict):
+    raise ValueError(f"{cfg} holds a JSON {type(hf_cfg).__name__}, not the "
+                     "object of a model config")
   # Instruct models often list their end-of-turn token only here (Qwen2.5 and
   # Qwen3: <|im_end|> and <|endoftext|>); sampling stops on every EOS id.
   gen = os.path.join(path, "generation_config.json")
   if os.path.exists(gen) and "eos_token_ids" not in overrides:
-    with open(gen) as f:
-      extra = json.load(f).get("eos_token_id")
+    extra = _read_json(gen)
+    extra = extra.get("eos_token_id") if isinstance(extra, dict) else None
     if extra is not None:
       ids = [] if hf_cfg.get("eos_token_id") is None else hf_cfg["eos_token_id"]
       ids = list(ids) if isinstance(ids, list) else [ids]
@@ -268,8 +290,7 @@ def load_config(path: str, **overrides) -> model_lib.ModelConfig:
 def _safetensors_files(path: str) -> list[str]:
   index = os.path.join(path, "model.safetensors.index.json")
   if os.path.exists(index):
-    with open(index) as f:
-      files = sorted(set(json.load(f)["weight_map"].values()))
+    files = sorted(set(_read_json(index)["weight_map"].values()))
     missing = [n for n in files if not os.path.exists(os.path.join(path, n))]
     if missing:
       raise FileNotFoundError(
@@ -508,6 +529,11 @@ def load_gguf(path: str | None = None, *, shardings: Params | None = None,
 # Tokenizers.
 
 
+# Files a transformers tokenizer is built from; a folder needs one of them.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json",
+                   "vocab.txt", "spiece.model", "tokenizer.tiktoken")
+
+
 def load_tokenizer(path: str | None = None, *, gguf_file: str | None = None):
   """A transformers tokenizer from a folder, or from a GGUF file.
 
@@ -515,6 +541,12 @@ def load_tokenizer(path: str | None = None, *, gguf_file: str | None = None):
     path: a Hugging Face folder with tokenizer files; or None with
       `gguf_file` None for the SmolLM2 GGUF.
     gguf_file: path of a GGUF file whose tokenizer (and chat template) to use.
+
+  Raises:
+    FileNotFoundError: naming the folder (or GGUF file) when it is missing
+      or holds none of `TOKENIZER_FILES`.
+    ValueError: naming the folder (or GGUF file) when its tokenizer does not
+      load: a damaged file, or a kind transformers cannot read.
   """
   from transformers import AutoTokenizer  # pylint: disable=g-import-not-at-top
 
@@ -523,11 +555,24 @@ def load_tokenizer(path: str | None = None, *, gguf_file: str | None = None):
   if gguf_file is not None:
     if not os.path.exists(gguf_file):
       raise FileNotFoundError(f"GGUF file not found: {gguf_file!r}")
-    return AutoTokenizer.from_pretrained(os.path.dirname(gguf_file),
-                                         gguf_file=os.path.basename(gguf_file))
+    try:
+      return AutoTokenizer.from_pretrained(
+          os.path.dirname(gguf_file), gguf_file=os.path.basename(gguf_file))
+    except Exception as e:  # transformers raises many kinds
+      raise ValueError(f"the tokenizer of GGUF file {gguf_file!r} does not "
+                       f"load ({type(e).__name__}: {e})") from e
   if not os.path.isdir(path):
     raise FileNotFoundError(f"tokenizer folder not found: {path!r}")
-  return AutoTokenizer.from_pretrained(path)
+  try:
+    return AutoTokenizer.from_pretrained(path)
+  except Exception as e:  # transformers and tokenizers raise many kinds
+    if not any(os.path.exists(os.path.join(path, n)) for n in TOKENIZER_FILES):
+      raise FileNotFoundError(
+          f"no tokenizer in {path!r}: it holds none of "
+          f"{', '.join(TOKENIZER_FILES)}") from e
+    raise ValueError(
+        f"the tokenizer files in {path!r} do not load, damaged or of a kind "
+        f"transformers cannot read ({type(e).__name__}: {e})") from e
 
 
 def check_vocab(tokenizer, config: model_lib.ModelConfig) -> None:

@@ -75,8 +75,9 @@ class Stage1Config:
 
 
 def _load_folder(folder: epath.Path) -> Policy:
+  tokenizer = hf.load_tokenizer(str(folder))  # first: it fails fast
   config, params = hf.load_pretrained(str(folder))
-  return Policy(config, params, hf.load_tokenizer(str(folder)))
+  return Policy(config, params, tokenizer)
 
 
 def _save_folder(policy: Policy, folder: epath.Path) -> None:
@@ -242,7 +243,10 @@ def prepare(workdir, *, seed: int = 0, source: str = "demo",
     ValueError: an unknown source, a demo warm start for another game than
       `env_name` or for one without demonstrations, or (before the warm
       start) Stage 1 with annotator="rule" on a game without annotation
-      rules.
+      rules; a tokenizer that does not load or does not fit the model
+      (before the weights load).
+    FileNotFoundError: a model folder without config.json, weights or
+      tokenizer files.
   """
   if source not in SOURCES:
     raise ValueError(f"unknown policy source {source!r}; known: {SOURCES}")
@@ -265,11 +269,16 @@ def prepare(workdir, *, seed: int = 0, source: str = "demo",
   elif source == "hf":
     if not model_dir:
       raise ValueError("source='hf' needs model_dir (a Hugging Face folder)")
+    # The tokenizer and the config before the weights: a bad one is found
+    # without loading a big model first.
+    tokenizer = hf.load_tokenizer(model_dir)
+    hf.check_vocab(tokenizer, hf.load_config(model_dir, **overrides))
     config, params = hf.load_pretrained(model_dir, **overrides)
-    policy = Policy(config, params, hf.load_tokenizer(model_dir))
+    policy = Policy(config, params, tokenizer)
   else:
+    tokenizer = hf.load_tokenizer()
     config, params = hf.load_gguf(**overrides)
-    policy = Policy(config, params, hf.load_tokenizer())
+    policy = Policy(config, params, tokenizer)
   hf.check_vocab(policy.tokenizer, policy.config)
   if stage1 is None and source != "demo":
     return policy  # nothing to cache: the source itself reloads

@@ -4,6 +4,7 @@ import csv
 import dataclasses
 import json
 import os
+import re
 import shutil
 
 import jax
@@ -159,7 +160,9 @@ def test_bad_inputs_are_clear_errors(tiny_run, tmp_path):
 
 @pytest.mark.parametrize("flag,value,message", [
     ("--num_tasks", "0", "--num_tasks must be at least 1"),
-    ("--temperature", "-1", "--temperature must be >= 0"),
+    ("--temperature", "-1", "--temperature must be a finite number >= 0"),
+    ("--temperature", "nan", "--temperature must be a finite number >= 0"),
+    ("--temperature", "inf", "--temperature must be a finite number >= 0"),
     ("--max_steps", "0", "--max_steps must be at least 1"),
     ("--history_length", "-1", "--history_length must be >= 0"),
 ])
@@ -167,6 +170,75 @@ def test_bad_flags_stop_before_anything_loads(flag, value, message, capsys):
   with pytest.raises(SystemExit):
     evaluate.parse_flags(["--workdir", "/nowhere", flag, value])
   assert message in capsys.readouterr().err
+
+
+def _no_loading(monkeypatch):
+  """Makes loading a policy or a checkpoint fail the test."""
+  def fail(*args, **kwargs):
+    raise AssertionError("loaded before the bad input was found")
+  monkeypatch.setattr(evaluate, "load_policy", fail)
+  monkeypatch.setattr(evaluate, "restore_params", fail)
+
+
+def test_a_bad_output_path_stops_before_anything_loads(tiny_run, tmp_path,
+                                                       monkeypatch):
+  _no_loading(monkeypatch)
+  (tmp_path / "file").write_text("not a folder")
+  run = ["--workdir", tiny_run, "--num_tasks", "1"]
+  bad = str(tmp_path / "file" / "sub" / "e.json")
+  with pytest.raises(SystemExit, match=f"error: cannot write the JSON report "
+                     f"{re.escape(bad)}: .*file is a file, not a folder"):
+    evaluate.main(run + ["--out_json", bad])
+  # A bad JSON beside a good CSV: neither is written.
+  with pytest.raises(SystemExit, match="cannot write the JSON report"):
+    evaluate.main(run + ["--out_json", bad,
+                         "--out_csv", str(tmp_path / "e.csv")])
+  with pytest.raises(SystemExit, match="cannot write the CSV .*e.csv: .*"
+                     "not a folder"):
+    evaluate.main(run + ["--out_json", str(tmp_path / "e.json"),
+                         "--out_csv", str(tmp_path / "file" / "e.csv")])
+  with pytest.raises(SystemExit, match="it is a folder"):
+    evaluate.main(run + ["--out_json", str(tmp_path)])
+  # A JSON named .csv would be written over the CSV beside it.
+  with pytest.raises(SystemExit, match="the JSON and the CSV would both be "
+                     ".*e.csv"):
+    evaluate.main(run + ["--out_json", str(tmp_path / "e.csv")])
+  assert os.listdir(tmp_path) == ["file"]
+
+
+@pytest.mark.parametrize("text,message", [
+    ("train.train.num_updates = [1, 2\n", r"\(TokenError: .*EOF"),
+    ("nowhere.fn.x = 3\n", "No configurable matching 'nowhere.fn'"),
+    ("train.train.num_updates = = 3\n", r"\(SyntaxError: "),
+    ("train.train.num_updates = 3\n",
+     "binds no train.policy_fn, train.rl: it is not the config.gin of a "
+     "training run"),
+])
+def test_a_corrupt_or_foreign_config_gin_is_named(text, message, tiny_run,
+                                                  tmp_path, monkeypatch):
+  _no_loading(monkeypatch)
+  workdir = str(tmp_path / "run")
+  shutil.copytree(tiny_run, workdir)
+  path = os.path.join(workdir, "config.gin")
+  with open(path, "w") as f:
+    f.write(text)
+  with pytest.raises(SystemExit, match="error: " + re.escape(path) + ".*" + message):
+    evaluate.main(["--workdir", workdir, "--num_tasks", "1"])
+
+
+def test_a_damaged_policy_config_is_named(tiny_run, tmp_path, monkeypatch):
+  monkeypatch.setattr(evaluate, "restore_params", lambda *a: pytest.fail(
+      "the checkpoint was read before the policy's config"))
+  workdir = str(tmp_path / "run")
+  shutil.copytree(tiny_run, workdir)
+  os.makedirs(os.path.join(workdir, "policy"))
+  path = os.path.join(workdir, "policy", "config.json")
+  with open(path, "w") as f:
+    f.write('{"vocab_size": 12')  # truncated
+  with pytest.raises(SystemExit, match=f"error: {re.escape(path)} does not parse as "
+                     "JSON"):
+    evaluate.main(["--workdir", workdir, "--num_tasks", "1"])
+  assert not os.path.exists(os.path.join(workdir, "eval"))
 
 
 def test_the_csv_goes_beside_the_chosen_json(tiny_run, tmp_path):

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 import types
 
@@ -60,6 +61,59 @@ def test_breakdown_needs_an_analyzing_trainer_without_reference():
 def test_gaps_cli_names_a_missing_run(tmp_path):
   with pytest.raises(SystemExit, match="config.gin"):
     gaps.main(["--workdir", str(tmp_path)])
+
+
+def _no_loading(monkeypatch):
+  """Makes loading a policy or a checkpoint fail the test."""
+  from seed_jax import evaluate  # pylint: disable=g-import-not-at-top
+  def fail(*args, **kwargs):
+    raise AssertionError("loaded before the bad input was found")
+  monkeypatch.setattr(evaluate, "load_policy", fail)
+  monkeypatch.setattr(evaluate, "restore_params", fail)
+
+
+def test_gaps_cli_checks_the_report_path_before_anything_loads(
+    tiny_run, tmp_path, monkeypatch):
+  _no_loading(monkeypatch)
+  (tmp_path / "file").write_text("not a folder")
+  bad = str(tmp_path / "file" / "g.json")
+  with pytest.raises(SystemExit, match=f"error: cannot write the report "
+                     f"{re.escape(bad)}: .*file is a file, not a folder"):
+    gaps.main(["--workdir", tiny_run, "--step", "2", "--out_json", bad])
+  assert os.listdir(tmp_path) == ["file"]
+
+
+@pytest.mark.parametrize("text,message", [
+    ("train.train.num_updates = [1, 2\n", r"\(TokenError: "),
+    ("nowhere.fn.x = 3\n",
+     r"\(ValueError: No configurable matching 'nowhere.fn'"),
+])
+def test_gaps_cli_names_a_corrupt_config_gin(text, message, tmp_path,
+                                             monkeypatch):
+  _no_loading(monkeypatch)
+  path = tmp_path / "config.gin"
+  path.write_text(text)
+  with pytest.raises(SystemExit, match=f"error: {re.escape(str(path))} does "
+                     f"not parse as the run's gin config {message}"):
+    gaps.main(["--workdir", str(tmp_path)])
+
+
+def test_gaps_cli_names_a_damaged_policy_or_checkpoint(tiny_run, tmp_path):
+  run_dir = str(tmp_path / "run")
+  shutil.copytree(tiny_run, run_dir)
+  step_dir = os.path.join(run_dir, "checkpoints", "2")
+  files = [os.path.join(d, f) for d, _, fs in os.walk(step_dir) for f in fs]
+  os.truncate(max(files, key=os.path.getsize), 1)
+  with pytest.raises(SystemExit, match="error: checkpoint step 2 .* corrupt"):
+    gaps.main(["--workdir", run_dir, "--step", "2", "--batches", "1"])
+  path = os.path.join(run_dir, "policy", "config.json")
+  os.makedirs(os.path.dirname(path))
+  with open(path, "w") as f:
+    f.write('{"vocab_size": 12')  # truncated
+  with pytest.raises(SystemExit, match=f"error: {re.escape(path)} does not "
+                     "parse as JSON"):
+    gaps.main(["--workdir", run_dir, "--batches", "1"])
+  assert not [n for n in os.listdir(run_dir) if n.startswith("gaps")]
 
 
 def test_gaps_cli_measures_the_policy_of_a_step(tiny_run, tmp_path,

@@ -1,0 +1,112 @@
+"""Bad Hugging Face folders for seed_jax.hf and policies.prepare: each is an
+error naming the file, found before any weights load."""
+
+import json
+import os
+import re
+
+import pytest
+
+from seed_jax import hf
+from seed_jax import policies
+from seed_jax import testing
+from seed_jax import tokenizer as tokenizer_lib
+
+
+def _tokenizer(vocab_size=300):
+  return tokenizer_lib.train_tokenizer(
+      ["<think>go to cabinet 1</think><action>look</action>"] * 5,
+      vocab_size=vocab_size)
+
+
+def _folder(path, *, tokenizer=None, vocab_size=512):
+  """A model folder with config.json (and tokenizer files), no weights."""
+  os.makedirs(path)
+  config = testing.tiny_config(vocab_size=vocab_size)
+  with open(os.path.join(path, "config.json"), "w") as f:
+    json.dump(config.to_hf(), f)
+  if tokenizer is not None:
+    tokenizer.save_pretrained(path)
+  return str(path)
+
+
+def test_a_truncated_config_is_named(tmp_path):
+  folder = _folder(tmp_path / "m")
+  path = os.path.join(folder, "config.json")
+  with open(path) as f:
+    text = f.read()
+  with open(path, "w") as f:
+    f.write(text[:len(text) // 2])
+  with pytest.raises(ValueError, match=f"{re.escape(path)} does not parse as "
+                     "JSON .*truncated or damaged"):
+    hf.load_config(folder)
+  with open(path, "w") as f:
+    f.write("[1, 2]")
+  with pytest.raises(ValueError, match="holds a JSON list, not the object"):
+    hf.load_config(folder)
+  with open(path, "w") as f:
+    f.write(text)
+  gen = os.path.join(folder, "generation_config.json")
+  with open(gen, "w") as f:
+    f.write('{"eos_token_id": [1,')
+  with pytest.raises(ValueError, match=f"{re.escape(gen)} does not parse"):
+    hf.load_config(folder)
+  os.remove(gen)
+  assert hf.load_config(folder).vocab_size == 512
+
+
+def test_a_folder_without_tokenizer_files_is_named(tmp_path):
+  folder = _folder(tmp_path / "m")
+  with pytest.raises(FileNotFoundError, match=f"no tokenizer in "
+                     f"'{re.escape(folder)}': it holds none of tokenizer.json"):
+    hf.load_tokenizer(folder)
+
+
+def _without_added_tokens(tokenizer_json):
+  return {k: v for k, v in tokenizer_json.items() if k != "added_tokens"}
+
+
+@pytest.mark.parametrize("damage,message", [
+    (_without_added_tokens, "KeyError: 'added_tokens'"),
+    (lambda j: dict(j, model={"type": "Nope"}), "Exception: data did not"),
+])
+def test_a_malformed_tokenizer_json_is_named(damage, message, tmp_path):
+  folder = _folder(tmp_path / "m", tokenizer=_tokenizer())
+  path = os.path.join(folder, "tokenizer.json")
+  with open(path) as f:
+    good = json.load(f)
+  with open(path, "w") as f:
+    json.dump(damage(good), f)
+  with pytest.raises(ValueError, match=f"the tokenizer files in "
+                     f"'{re.escape(folder)}' do not load.*{message}"):
+    hf.load_tokenizer(folder)
+  with open(path, "w") as f:
+    json.dump(good, f)
+  assert len(hf.load_tokenizer(folder)) == len(_tokenizer())
+
+
+def test_prepare_reads_the_tokenizer_before_the_weights(tmp_path,
+                                                        monkeypatch):
+  loads = []
+
+  def load_pretrained(path, **kwargs):
+    loads.append(path)
+    raise RuntimeError("the weights")
+
+  monkeypatch.setattr(hf, "load_pretrained", load_pretrained)
+  no_tok = _folder(tmp_path / "no_tok")
+  with pytest.raises(FileNotFoundError, match="no tokenizer in .*no_tok"):
+    policies.prepare(tmp_path / "w1", source="hf", model_dir=no_tok)
+  big = _folder(tmp_path / "big", tokenizer=_tokenizer(), vocab_size=64)
+  with pytest.raises(ValueError, match="the tokenizer has .* tokens but the "
+                     "model's embedding has only 64 rows"):
+    policies.prepare(tmp_path / "w2", source="hf", model_dir=big)
+  # A run's cached policy folder is read in the same order.
+  _folder(tmp_path / "w3" / "policy")
+  with pytest.raises(FileNotFoundError, match="no tokenizer in .*w3/policy"):
+    policies.prepare(tmp_path / "w3", source="hf", model_dir=no_tok)
+  assert not loads
+  good = _folder(tmp_path / "good", tokenizer=_tokenizer())
+  with pytest.raises(RuntimeError, match="the weights"):
+    policies.prepare(tmp_path / "w4", source="hf", model_dir=good)
+  assert loads == [good]
