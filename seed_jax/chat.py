@@ -36,18 +36,20 @@ def main(argv=None) -> None:
 
   t0 = time.time()
   try:
-    if args.model_dir:
-      config, params = hf.load_pretrained(args.model_dir)
-      tok = hf.load_tokenizer(args.model_dir)
-    else:
-      config, params = hf.load_gguf()
-      tok = hf.load_tokenizer()
-    hf.check_vocab(tok, config)
+    # The tokenizer first: a folder it cannot serve fails before the weights
+    # load.
+    tok = hf.load_tokenizer(args.model_dir or None)
     if not tok.chat_template:  # a base model's tokenizer, say
       raise ValueError(
           f"the tokenizer of {args.model_dir or 'the SmolLM2 GGUF'} has no "
           "chat template, and this demo sends chat turns: use an instruct "
           "(chat) model")
+    if args.model_dir:
+      hf.check_vocab(tok, hf.load_config(args.model_dir))
+      config, params = hf.load_pretrained(args.model_dir)
+    else:
+      config, params = hf.load_gguf()
+    hf.check_vocab(tok, config)
   except (FileNotFoundError, KeyError, ValueError) as e:
     raise SystemExit(f"error: {e}") from None
   print(f"loaded {config.family} ({config.num_layers} layers) in "

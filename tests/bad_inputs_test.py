@@ -317,7 +317,8 @@ def test_chat_bad_flags_and_folders_are_clear_errors(tmp_path, capsys):
     with pytest.raises(SystemExit):
       chat.main(flags + ["hi"])
     assert message in capsys.readouterr().err
-  with pytest.raises(SystemExit, match="error: no config.json"):
+  # The tokenizer is read first: an empty folder fails before any weights.
+  with pytest.raises(SystemExit, match="error: no tokenizer in"):
     chat.main([f"--model_dir={tmp_path}", "hi"])
   # A base model's folder: its tokenizer has no chat template to send turns.
   policy = testing.tiny_policy(vocab_size=400)
@@ -328,6 +329,11 @@ def test_chat_bad_flags_and_folders_are_clear_errors(tmp_path, capsys):
   with pytest.raises(SystemExit, match="error: the tokenizer of .*base has "
                      "no chat template"):
     chat.main([f"--model_dir={folder}", "hi"])
+  # A tokenizer without a model beside it.
+  bare = str(tmp_path / "bare")
+  testing.tiny_policy(vocab_size=400).tokenizer.save_pretrained(bare)
+  with pytest.raises(SystemExit, match="error: no config.json"):
+    chat.main([f"--model_dir={bare}", "hi"])
   # A reply budget past the model's context is one line, not a traceback.
   chat_folder = str(tmp_path / "chat")
   hf.save_pretrained(chat_folder, policy.config, policy.params)
