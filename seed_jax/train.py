@@ -12,6 +12,7 @@ from the last complete checkpoint.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import inspect
 import logging
@@ -47,6 +48,23 @@ class KnobError(ValueError):
 
 class NonFiniteError(RuntimeError):
   """Too many consecutive updates with a non-finite loss or gradient."""
+
+
+# What a refused start raises (bad settings, a workdir that cannot be written
+# or lacks room, a model folder without config.json, checkpoints of another
+# model or none that restores): `main` says it in one line.
+START_ERRORS = (ValueError, OSError, checkpoints.CorruptCheckpointError)
+
+
+@contextlib.contextmanager
+def _training():
+  """Marks what the run raises once it has started (`during_training`), so
+  that `main` leaves it its traceback: a bug or a fault, not bad input."""
+  try:
+    yield
+  except Exception as e:  # pylint: disable=broad-except
+    e.during_training = True
+    raise
 
 
 def _check_knobs(**knobs: int) -> None:
@@ -128,6 +146,9 @@ def train(workdir: str, *,
 
   Raises:
     KnobError: a count above out of its range (before any work).
+    ValueError, OSError, checkpoints.CorruptCheckpointError: a refused start
+      (see START_ERRORS), before config.gin is written, so that a resume
+      refused leaves the run's settings as they were.
     NonFiniteError: `max_consecutive_nonfinite` skipped updates in a row.
   """
   _check_knobs(num_updates=num_updates, checkpoint_every=checkpoint_every,
@@ -140,8 +161,6 @@ def train(workdir: str, *,
   checkpoints.check_writable(workdir)  # fail before any expensive work
   checkpoints.check_free_space(workdir, min_free_bytes)
   is_writer = jax.process_index() == 0
-  if is_writer:
-    write_config(workdir / "config.gin", gin.config_str())
   policy = policy_fn(workdir, seed=seed)
   config, tokenizer = policy.config, policy.tokenizer
   ckpt = checkpoints.Checkpointer(workdir, model_config=config,
@@ -173,83 +192,86 @@ def train(workdir: str, *,
     start = restored.step
     logging.info("resumed from update %d in %s", start, workdir)
     print(f"resumed from update {start}", flush=True)
+  one_checkpoint = (checkpoints.tree_bytes(abstract_state)
+                    + checkpoints.tree_bytes(abstract_params))
+  kept = num_updates // keep_every if keep_every else 0
+  to_write = max(1, max_to_keep + 1 + kept - len(ckpt.all_steps()))
+  checkpoints.check_free_space(workdir, one_checkpoint * to_write)
+  # The start is sound: only now are these the run's settings (`evaluate`
+  # reads them) and its TensorBoard events rewritten.
   if is_writer:
+    write_config(workdir / "config.gin", gin.config_str())
     moved = metrics_lib.set_aside_events(workdir)
     if moved is not None:
       logging.info("earlier TensorBoard events moved to %s; the %d restored "
                    "updates are written again", moved, len(history))
     metrics_lib.write_events(workdir, history)
   writer = metrics_lib.make_writer(workdir)
-  one_checkpoint = (checkpoints.tree_bytes(abstract_state)
-                    + checkpoints.tree_bytes(abstract_params))
-  kept = num_updates // keep_every if keep_every else 0
-  to_write = max(1, max_to_keep + 1 + kept - len(ckpt.all_steps()))
-  checkpoints.check_free_space(workdir, one_checkpoint * to_write)
+  with _training():
+    eval_policy = rl_trainer.policy
+    nonfinite_run = 0
 
-  eval_policy = rl_trainer.policy
-  nonfinite_run = 0
+    def run_eval(update):
+      return evaluate_lib.score(
+          eval_policy, rl_trainer.local_params(state.params), env_name=env_name,
+          num_tasks=eval_tasks, max_steps=rl.max_steps,
+          history_length=rl.history_length, temperature=eval_temperature,
+          rng=jax.random.fold_in(base_rng,
+                                 evaluate_lib.EVAL_RNG_OFFSET + update),
+          env_kwargs=env_kwargs)
 
-  def run_eval(update):
-    return evaluate_lib.score(
-        eval_policy, rl_trainer.local_params(state.params), env_name=env_name,
-        num_tasks=eval_tasks, max_steps=rl.max_steps,
-        history_length=rl.history_length, temperature=eval_temperature,
-        rng=jax.random.fold_in(base_rng,
-                               evaluate_lib.EVAL_RNG_OFFSET + update),
-        env_kwargs=env_kwargs)
+    if start == 0 and eval_every:
+      first = run_eval(0)
+      history.append(0, first)
+      writer.write_scalars(0, first)
+      print(f"update 0 | eval seen {first['eval/seen/success']:.3f} | "
+            f"unseen {first['eval/unseen/success']:.3f}", flush=True)
 
-  if start == 0 and eval_every:
-    first = run_eval(0)
-    history.append(0, first)
-    writer.write_scalars(0, first)
-    print(f"update 0 | eval seen {first['eval/seen/success']:.3f} | "
-          f"unseen {first['eval/unseen/success']:.3f}", flush=True)
-
-  for update in range(start, num_updates):
-    rng = jax.random.fold_in(base_rng, update)
-    t = time.time()
-    state, scalars = rl_trainer.update(state, reference, rng,
-                                       update_index=update)
-    scalars["time/update"] = time.time() - t
-    done = update + 1
-    if scalars.get("skipped", 0) > 0:
-      nonfinite_run += 1
-      logging.warning("update %d: %d non-finite step(s) skipped", done,
-                      int(scalars["skipped"]))
-      if nonfinite_run >= max_consecutive_nonfinite:
-        ckpt.close()
-        raise NonFiniteError(
-            f"{nonfinite_run} consecutive updates had non-finite losses or "
-            f"gradients; stopped at update {done} without saving it. The last "
-            f"good checkpoint in {workdir} is intact.")
-    else:
-      nonfinite_run = 0
-    if eval_every and (done % eval_every == 0 or done == num_updates):
-      scalars.update(run_eval(done))
-    history.append(done, scalars)
-    writer.write_scalars(done, scalars)
-    print(metrics_lib.format_progress(done, scalars), flush=True)
-    # After skipped (non-finite) steps no checkpoint is taken, so that a
-    # resume retries from the last clean update; except the final one, whose
-    # state (skipped steps leave it as it was) is the one just reported.
-    if nonfinite_run == 0 or done == num_updates:
-      ckpt.save(done, state, reference=reference, rng=rng,
-                host={"history": history.to_json()},
-                force=done == num_updates)
-      faults.maybe_crash("checkpoint", update)
-    if is_writer and done < num_updates:
-      # Progress survives a crash; the final update is written after the
-      # last checkpoint is complete (`experiments` reads it as "done").
+    for update in range(start, num_updates):
+      rng = jax.random.fold_in(base_rng, update)
+      t = time.time()
+      state, scalars = rl_trainer.update(state, reference, rng,
+                                         update_index=update)
+      scalars["time/update"] = time.time() - t
+      done = update + 1
+      if scalars.get("skipped", 0) > 0:
+        nonfinite_run += 1
+        logging.warning("update %d: %d non-finite step(s) skipped", done,
+                        int(scalars["skipped"]))
+        if nonfinite_run >= max_consecutive_nonfinite:
+          ckpt.close()
+          raise NonFiniteError(
+              f"{nonfinite_run} consecutive updates had non-finite losses "
+              f"or gradients; stopped at update {done} without saving it. "
+              f"The last good checkpoint in {workdir} is intact.")
+      else:
+        nonfinite_run = 0
+      if eval_every and (done % eval_every == 0 or done == num_updates):
+        scalars.update(run_eval(done))
+      history.append(done, scalars)
+      writer.write_scalars(done, scalars)
+      print(metrics_lib.format_progress(done, scalars), flush=True)
+      # After skipped (non-finite) steps no checkpoint is taken, so that a
+      # resume retries from the last clean update; except the final one, whose
+      # state (skipped steps leave it as it was) is the one just reported.
+      if nonfinite_run == 0 or done == num_updates:
+        ckpt.save(done, state, reference=reference, rng=rng,
+                  host={"history": history.to_json()},
+                  force=done == num_updates)
+        faults.maybe_crash("checkpoint", update)
+      if is_writer and done < num_updates:
+        # Progress survives a crash; the final update is written after the
+        # last checkpoint is complete (`experiments` reads it as "done").
+        history.write_jsonl(workdir / "metrics.jsonl")
+    ckpt.close()
+    writer.flush()
+    final = history.to_json()[-1] if len(history) else {}
+    if is_writer:
       history.write_jsonl(workdir / "metrics.jsonl")
-  ckpt.close()
-  writer.flush()
-  final = history.to_json()[-1] if len(history) else {}
-  if is_writer:
-    history.write_jsonl(workdir / "metrics.jsonl")
-    metrics_lib.plot_learning_curve(history, workdir / "learning_curve.png")
-    first = history.to_json()[0] if len(history) else {}
-    print("\n" + metrics_lib.success_table(first, final), flush=True)
-  return {k: v for k, v in final.items() if k.startswith("eval/")}
+      metrics_lib.plot_learning_curve(history, workdir / "learning_curve.png")
+      first = history.to_json()[0] if len(history) else {}
+      print("\n" + metrics_lib.success_table(first, final), flush=True)
+    return {k: v for k, v in final.items() if k.startswith("eval/")}
 
 
 def write_config(path: epath.Path, text: str) -> None:
@@ -452,15 +474,23 @@ def main(argv=None) -> None:
     raise SystemExit(f"error: {e}") from None
   try:
     gin.get_configurable(train)(gin.query_parameter("%WORKDIR"))
-  except KnobError as e:  # gin appends "In call to configurable ..."
-    raise SystemExit(f"error: {str(e).splitlines()[0]}") from None
   except teacher_lib.TeacherUnavailableError as e:
     # Stage 1 keeps its annotated batches (the message says where) and RL
     # its checkpoints: a rerun goes on from there.
     hint = ("" if getattr(e, "journal", None) else
             "; start the run again to go on from its last checkpoint, if "
             "any")
-    raise SystemExit(f"error: {str(e).splitlines()[0]}{hint}") from None
+    raise SystemExit(f"error: {_own_message(e)}{hint}") from None
+  except START_ERRORS as e:
+    if getattr(e, "during_training", False):
+      raise  # a bug or a fault mid-run: its traceback is what helps
+    raise SystemExit(f"error: {_own_message(e)}") from None
+
+
+def _own_message(e: BaseException) -> str:
+  """`e`'s message without the "In call to configurable ..." lines that gin
+  appends to what a configurable (`train`, `RLConfig`) raises."""
+  return str(e).split("\n  In call to configurable ", 1)[0]
 
 
 if __name__ == "__main__":

@@ -207,7 +207,8 @@ def test_unknown_model_family_is_named():
 
 def test_unknown_model_family_from_gin_fails_before_training(tmp_path):
   gin.clear_config()
-  with pytest.raises(ValueError, match="unsupported model family 'mistral'"):
+  with pytest.raises(SystemExit,
+                     match="^error: unsupported model family 'mistral'"):
     train.main(["--gin_file", os.path.join(ROOT, TINY),
                 f"--gin.WORKDIR='{tmp_path}'",
                 "--gin.testing.tiny_policy.family='mistral'"])

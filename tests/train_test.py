@@ -178,9 +178,93 @@ def test_config_changes_on_resume_are_named(tmp_path, caplog):
       "config.gin"]
 
 
-def test_workdir_of_another_model_is_a_clear_error(tmp_path):
-  workdir = str(tmp_path / "other")
-  _run(workdir, "--gin.VARIANT='grpo'", "--gin.NUM_UPDATES=1")
-  with pytest.raises(ValueError, match="different model"):
-    _run(workdir, "--gin.VARIANT='grpo'",
-         "--gin.testing.tiny_policy.hidden_size=32")
+def test_a_resume_with_another_model_is_refused_and_keeps_config_gin(
+    tmp_path):
+  workdir = tmp_path / "other"
+  fast = ("--gin.VARIANT='grpo'", "--gin.NUM_UPDATES=1",
+          "--gin.train.train.eval_every=0")
+  _run(str(workdir), *fast)
+  before = (workdir / "config.gin").read_bytes()
+  with pytest.raises(SystemExit) as e:
+    _run(str(workdir), *fast, "--gin.testing.tiny_policy.hidden_size=32")
+  message = str(e.value)
+  assert re.fullmatch(rf"error: workdir {workdir} holds a checkpoint of a "
+                      r"different model: .*hidden_size \d+ != 32.*", message)
+  assert "In call to configurable" not in message
+  # The settings `evaluate` reads are still the checkpoints' own, and the
+  # TensorBoard events were not set aside for a run that did not start.
+  assert (workdir / "config.gin").read_bytes() == before
+  assert not (workdir / metrics.EARLIER_EVENTS).exists()
+  gin.clear_config()
+
+
+def _refused(workdir, *args):
+  """train.main with the tiny config and `args`: its SystemExit message."""
+  gin.clear_config()
+  try:
+    with pytest.raises(SystemExit) as e:
+      train.main(["--gin_file", os.path.join(ROOT, TINY),
+                  f"--gin.WORKDIR='{workdir}'", *args])
+  finally:
+    gin.clear_config()
+  assert "In call to configurable" not in str(e.value)  # gin's addition
+  return str(e.value)
+
+
+def test_a_bad_rl_setting_is_one_line(tmp_path):
+  message = _refused(tmp_path / "run", "--gin.VARIANT='foo'")
+  assert message == ("error: unknown variant 'foo'; known: ('grpo', 'seed', "
+                     "'opid')")
+  assert not (tmp_path / "run").exists()
+
+
+def test_not_enough_disk_is_one_line(tmp_path):
+  message = _refused(tmp_path / "run",
+                     "--gin.train.train.min_free_bytes=1000000000000000000")
+  assert re.fullmatch(r"error: \[Errno 28\] only .* free in "
+                      rf"{tmp_path / 'run'}; the run needs at least .* for its "
+                      "checkpoints; free some space or use another workdir",
+                      message), message
+  assert not (tmp_path / "run" / "config.gin").exists()
+
+
+def test_a_workdir_that_cannot_be_written_is_one_line(tmp_path):
+  (tmp_path / "file").write_text("not a folder")
+  workdir = tmp_path / "file" / "run"
+  message = _refused(workdir)
+  assert message.startswith(f"error: checkpoint directory {workdir} is not "
+                            "writable: ")
+
+
+def test_a_model_folder_without_config_json_is_one_line(tmp_path):
+  from seed_jax import tokenizer  # pylint: disable=g-import-not-at-top
+  model_dir = tmp_path / "model"  # a tokenizer, but no config.json
+  tokenizer.train_tokenizer(["go look"] * 3, vocab_size=300).save_pretrained(
+      str(model_dir))
+  gin.clear_config()
+  with pytest.raises(SystemExit) as e:
+    train.main(["--gin_file", os.path.join(
+        ROOT, "configs/experiments/qwen2_5_1_5b_alfworld_style.gin"),
+                f"--gin.WORKDIR='{tmp_path / 'run'}'",
+                f"--gin.MODEL_DIR='{model_dir}'",
+                "--gin.train.train.min_free_bytes=0"])
+  gin.clear_config()
+  assert str(e.value) == f"error: no config.json in model folder '{model_dir}'"
+  assert not (tmp_path / "run" / "config.gin").exists()
+
+
+def test_an_error_once_training_started_keeps_its_traceback(tmp_path,
+                                                            monkeypatch):
+  from seed_jax import trainer  # pylint: disable=g-import-not-at-top
+
+  def broken(*args, **kwargs):
+    raise ValueError("a bug in the update")
+
+  monkeypatch.setattr(trainer.RLTrainer, "update", broken)
+  gin.clear_config()
+  with pytest.raises(ValueError, match="a bug in the update"):
+    train.main(["--gin_file", os.path.join(ROOT, TINY),
+                f"--gin.WORKDIR='{tmp_path / 'run'}'",
+                "--gin.train.train.eval_every=0"])
+  gin.clear_config()
+  assert (tmp_path / "run" / "config.gin").exists()  # the start was sound
