@@ -16,7 +16,7 @@ run's final metrics (from its metrics.jsonl) is printed and written to
 `WORKDIR/name/summary.{md,csv}`.
 
   python -m seed_jax.sweep --sweep=configs/sweeps/opd_lambda_beta.py \
-      --gin_file=configs/experiments/tiny.gin --workdir=/tmp/sweeps --local
+      --gin_file=configs/experiments/tiny.gin --workdir=runs/sweeps --local
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@ r"""Entry point: SEED / GRPO training configured with gin.
 
   python -m seed_jax.train                       # configs/experiments/demo.gin
   python -m seed_jax.train --gin_file=configs/experiments/smollm2.gin \
-      --gin.WORKDIR="'/tmp/run'" --gin.trainer.RLConfig.variant="'grpo'"
+      --gin.WORKDIR="'runs/grpo'" --gin.trainer.RLConfig.variant="'grpo'"
 
 `main` parses flags, reads gin and calls `train`; everything else is library
 code. The run is resumable: started again with the same workdir, it continues

@@ -5,7 +5,7 @@ The loss they enter: docs/algorithm.md §3.7.
 lambda = 0 is GRPO with analyses still written (same compute as SEED).
 
   python -m seed_jax.sweep --sweep=configs/sweeps/opd_lambda_beta.py \
-      --gin_file=configs/experiments/tiny.gin --workdir=/tmp/sweeps --local
+      --gin_file=configs/experiments/tiny.gin --workdir=runs/sweeps --local
 """
 
 
