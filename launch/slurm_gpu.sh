@@ -21,6 +21,12 @@ source launch/lib.sh
 NODES="${NODES:-${SLURM_JOB_NUM_NODES:?set NODES}}"
 GPUS_PER_NODE="${GPUS_PER_NODE:-8}"
 PORT="${PORT:-8476}"
+for name in NODES GPUS_PER_NODE PORT; do
+  if [[ ! "${!name}" =~ ^[1-9][0-9]*$ ]]; then
+    echo "${name} must be a positive integer, got '${!name}'" >&2
+    exit 2
+  fi
+done
 
 # Process 0 runs on the first node of the allocation: it is the coordinator.
 # (No `| head`: under pipefail its early exit would fail the pipe.)
@@ -31,7 +37,11 @@ first_node="${nodes%%$'\n'*}"
 # give it only the GPU of its task id).
 gpu_ids="$(seq -s, 0 $((GPUS_PER_NODE - 1)))"
 export GIN_FILE WORKDIR
+# The per-run variables go through `env` on each node, not srun's --export,
+# which splits values at commas (the device ids). A SEED_PROCESS_ID left in
+# the caller's shell is dropped: each node takes its SLURM_PROCID.
 run srun --nodes="${NODES}" --ntasks-per-node=1 \
-  --gpus-per-node="${GPUS_PER_NODE}" --kill-on-bad-exit=1 \
-  --export=ALL,SEED_COORDINATOR="${first_node}:${PORT}",SEED_NUM_PROCESSES="${NODES}",SEED_LOCAL_DEVICE_IDS="${gpu_ids}" \
+  --gpus-per-node="${GPUS_PER_NODE}" --kill-on-bad-exit=1 --export=ALL \
+  env -u SEED_PROCESS_ID SEED_COORDINATOR="${first_node}:${PORT}" \
+  SEED_NUM_PROCESSES="${NODES}" SEED_LOCAL_DEVICE_IDS="${gpu_ids}" \
   launch/run_host.sh "$@"

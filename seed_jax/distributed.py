@@ -57,7 +57,8 @@ def initialize(coordinator_address: str | None = None,
     Whether `jax.distributed` is (now) initialized.
 
   Raises:
-    ValueError: an address without the process count and id, a
+    ValueError: an address without the process count and id, more than one
+      process without an address (or SEED_DISTRIBUTED=1), a
       SEED_DISTRIBUTED that is neither true nor false, or device ids that
       are not integers.
   """
@@ -77,10 +78,20 @@ def initialize(coordinator_address: str | None = None,
     except RuntimeError:  # backends already up: a second call in-process
       logging.warning("SEED_LOCAL_DEVICES=%s ignored: JAX already started",
                       local)
-  if address is None and not auto:
-    return False
   if num_processes is None and env.get("SEED_NUM_PROCESSES"):
-    num_processes = int(env["SEED_NUM_PROCESSES"])
+    try:
+      num_processes = int(env["SEED_NUM_PROCESSES"])
+    except ValueError:
+      raise ValueError(f"SEED_NUM_PROCESSES={env['SEED_NUM_PROCESSES']!r}: "
+                       "use a process count, e.g. 2") from None
+  if address is None and not auto:
+    if num_processes is not None and num_processes > 1:
+      # Each host would train alone, all of them in one workdir.
+      raise ValueError(
+          f"{num_processes} processes but no coordinator: set "
+          "SEED_COORDINATOR=host:port (or SEED_DISTRIBUTED=1 where JAX finds "
+          "it, TPU VMs and Slurm)")
+    return False
   if process_id is None and env.get("SEED_PROCESS_ID"):
     process_id = int(env["SEED_PROCESS_ID"])
   if address is not None and (num_processes is None or process_id is None):

@@ -24,6 +24,16 @@ def test_an_address_needs_the_process_count_and_id():
     distributed.initialize(env={"SEED_COORDINATOR": "127.0.0.1:1234"})
 
 
+def test_processes_without_a_coordinator_are_refused():
+  # Without one, every host would train alone in the same workdir.
+  with pytest.raises(ValueError, match="2 processes but no coordinator"):
+    distributed.initialize(env={"SEED_NUM_PROCESSES": "2",
+                                "SEED_PROCESS_ID": "1"})
+  with pytest.raises(ValueError, match="SEED_NUM_PROCESSES='two'"):
+    distributed.initialize(env={"SEED_NUM_PROCESSES": "two"})
+  assert not distributed.initialize(env={"SEED_NUM_PROCESSES": "1"})
+
+
 def test_local_device_ids_reach_jax(monkeypatch):
   # Under Slurm, JAX would otherwise give a process one GPU per node.
   calls = []

@@ -147,17 +147,23 @@ def test_run_host(fake_bin):
 
 
 def test_slurm_gpu_coordinates_on_the_first_node(fake_bin):
-  lines = _lines(_run(
-      fake_bin, "slurm_gpu.sh", *GIN_ARGS,
-      GIN_FILE="configs/experiments/tiny.gin",
-      WORKDIR="/shared/run", SLURM_JOB_NODELIST="gpu-a[1-2]",
-      SLURM_JOB_NUM_NODES="2", GPUS_PER_NODE="4"))
+  slurm = dict(GIN_FILE="configs/experiments/tiny.gin", WORKDIR="/shared/run",
+               SLURM_JOB_NODELIST="gpu-a[1-2]", SLURM_JOB_NUM_NODES="2")
+  # The device ids reach each node whole (srun's --export would split them
+  # at the commas), and a stale SEED_PROCESS_ID of the caller does not.
+  lines = _lines(_run(fake_bin, "slurm_gpu.sh", *GIN_ARGS, GPUS_PER_NODE="4",
+                      SEED_PROCESS_ID="0", **slurm))
   assert lines == [
       "srun --nodes=2 --ntasks-per-node=1 --gpus-per-node=4 "
-      "--kill-on-bad-exit=1 "
-      "--export=ALL,SEED_COORDINATOR=gpu-a1:8476,SEED_NUM_PROCESSES=2,"
+      "--kill-on-bad-exit=1 --export=ALL env -u SEED_PROCESS_ID "
+      "SEED_COORDINATOR=gpu-a1:8476 SEED_NUM_PROCESSES=2 "
       "SEED_LOCAL_DEVICE_IDS=0,1,2,3 "
       "launch/run_host.sh \"--gin.VARIANT='grpo'\" --gin.NUM_UPDATES=3"]
+  for name, value in (("GPUS_PER_NODE", "eight"), ("GPUS_PER_NODE", "0"),
+                      ("PORT", "abc"), ("NODES", "-2")):
+    res = _run(fake_bin, "slurm_gpu.sh", **{**slurm, name: value})
+    assert res.returncode == 2 and res.stdout == ""
+    assert f"{name} must be a positive integer, got '{value}'" in res.stderr
 
 
 @pytest.mark.parametrize("script,args,drop", [
