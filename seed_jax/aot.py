@@ -15,7 +15,8 @@ accelerator (on CPU the sampler keeps it in float32).
       --batch=32 --micro_batches=8 --prompt_len=1024 --response_len=256
 
 The CLI creates the fake devices itself (`jax_num_cpu_devices`, before JAX
-starts). The numbers come from the CPU compiler's buffer assignment: close to
+starts). It exits 0 when the peak fits, 1 when it does not, and 2 on bad
+input, which it names before compiling anything. The numbers come from the CPU compiler's buffer assignment: close to
 a TPU's for arguments and outputs (the sharded state), an estimate for
 temporaries (the TPU compiler fuses and lays out differently).
 """
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import math
 import sys
 from typing import Any, Sequence
 
@@ -213,7 +215,7 @@ def fit_report(config: model_lib.ModelConfig, *, topology: str,
   # The train step's arguments are the state shard (and one micro-batch):
   # the state stays on the chip while it samples.
   rollout = train.argument + sample.peak
-  hbm = int((hbm_gib or topo.hbm_gib) * GIB)
+  hbm = int((topo.hbm_gib if hbm_gib is None else hbm_gib) * GIB)
   return {"topology": topology, "mesh": dict(mesh.shape), "hbm_bytes": hbm,
           "train_step": train, "sampler": sample, "rollout_peak": rollout,
           "fits": max(train.peak, rollout) <= hbm}
@@ -241,25 +243,49 @@ def format_report(report: dict[str, Any]) -> str:
   return "\n".join(lines)
 
 
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def _positive(kind):
+  def parse(text):
+    value = kind(text)
+    if not (math.isfinite(value) and value > 0):
+      raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+  return parse
+
+
+def _mesh(text):
+  try:
+    return partitioning.parse_mesh(text)
+  except ValueError as e:
+    raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def parse_flags(argv):
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  p.add_argument("--model", required=True, help=f"tiny or {sorted(SHAPES)}")
+  p.add_argument("--model", required=True, choices=["tiny", *sorted(SHAPES)])
   p.add_argument("--topology", required=True, choices=sorted(TOPOLOGIES))
-  p.add_argument("--mesh", default="1,-1,1", help="data,fsdp,tensor")
-  p.add_argument("--batch", type=int, default=32)
-  p.add_argument("--micro_batches", type=int, default=4)
-  p.add_argument("--prompt_len", type=int, default=1024)
-  p.add_argument("--response_len", type=int, default=256)
-  p.add_argument("--sample_batch", type=int, default=128)
-  p.add_argument("--max_new_tokens", type=int, default=256)
-  p.add_argument("--param_dtype", default="float32")
-  p.add_argument("--dtype", default="bfloat16", help="compute dtype")
+  p.add_argument("--mesh", type=_mesh, default=(1, -1, 1),
+                 help="data,fsdp,tensor (default 1,-1,1)")
+  count = _positive(int)
+  p.add_argument("--batch", type=count, default=32)
+  p.add_argument("--micro_batches", type=count, default=4)
+  p.add_argument("--prompt_len", type=count, default=1024)
+  p.add_argument("--response_len", type=count, default=256)
+  p.add_argument("--sample_batch", type=count, default=128)
+  p.add_argument("--max_new_tokens", type=count, default=256)
+  p.add_argument("--param_dtype", default="float32", choices=DTYPES)
+  p.add_argument("--dtype", default="bfloat16", choices=DTYPES,
+                 help="compute dtype")
   p.add_argument("--no_remat", action="store_true")
-  p.add_argument("--hbm_gib", type=float, default=None)
+  p.add_argument("--hbm_gib", type=_positive(float), default=None,
+                 help="memory per chip (default the topology's)")
   return p.parse_args(argv)
 
 
 def main(argv=None) -> int:
+  """Prints the report; 0 when it fits, 1 when not, 2 on bad input."""
   args = parse_flags(sys.argv[1:] if argv is None else argv)
   chips = TOPOLOGIES[args.topology].chips
   try:  # the fake devices, before JAX starts
@@ -269,13 +295,24 @@ def main(argv=None) -> int:
     pass  # already started (a test): fit_report checks the count
   config = model_config(args.model, param_dtype=args.param_dtype,
                         dtype=args.dtype)
-  report = fit_report(
-      config, topology=args.topology,
-      mesh_shape=tuple(int(s) for s in args.mesh.split(",")),
-      batch=args.batch, micro_batches=args.micro_batches,
-      prompt_len=args.prompt_len, response_len=args.response_len,
-      sample_batch=args.sample_batch, max_new_tokens=args.max_new_tokens,
-      remat=not args.no_remat, hbm_gib=args.hbm_gib)
+  context = config.max_position_embeddings
+  try:
+    for what, n in (("--prompt_len + --response_len",
+                     args.prompt_len + args.response_len),
+                    ("--prompt_len + --max_new_tokens",
+                     args.prompt_len + args.max_new_tokens)):
+      if n > context:  # before any compilation
+        raise ValueError(f"{what} = {n} exceeds {args.model}'s context of "
+                         f"{context} positions")
+    report = fit_report(
+        config, topology=args.topology, mesh_shape=args.mesh,
+        batch=args.batch, micro_batches=args.micro_batches,
+        prompt_len=args.prompt_len, response_len=args.response_len,
+        sample_batch=args.sample_batch, max_new_tokens=args.max_new_tokens,
+        remat=not args.no_remat, hbm_gib=args.hbm_gib)
+  except ValueError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
   print(f"{args.model}: {config.num_layers} layers, hidden "
         f"{config.hidden_size}, params {args.param_dtype}, compute "
         f"{args.dtype}")

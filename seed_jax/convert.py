@@ -173,22 +173,6 @@ def orbax_to_hf(src: str, dst: str, *, mesh_shape: Sequence[int] = (1, -1, 1),
   return config
 
 
-def parse_mesh(text: str) -> tuple[int, int, int]:
-  """"1,-1,1" -> (1, -1, 1).
-
-  Raises:
-    ValueError: naming --mesh, unless three integers (positive, or -1).
-  """
-  try:
-    sizes = tuple(int(s) for s in text.split(","))
-  except ValueError:
-    sizes = ()
-  if len(sizes) != 3 or any(s < 1 and s != -1 for s in sizes):
-    raise ValueError(f"--mesh={text}: want three sizes data,fsdp,tensor, "
-                     "each a positive integer or -1, e.g. --mesh=1,-1,1")
-  return sizes
-
-
 def parse_flags(argv: Sequence[str]) -> argparse.Namespace:
   """The flags of `main`, checked before any device starts.
 
@@ -205,7 +189,7 @@ def parse_flags(argv: Sequence[str]) -> argparse.Namespace:
   p.add_argument("--dtype", default=None,
                  help=f"orbax_to_hf: safetensors dtype, one of {DTYPES}")
   args = p.parse_args(argv)
-  args.mesh = parse_mesh(args.mesh)
+  args.mesh = partitioning.parse_mesh(args.mesh)
   if args.dtype is not None and args.direction == "hf_to_orbax":
     raise ValueError("--dtype is for orbax_to_hf; hf_to_orbax keeps the "
                      "dtype of the weights")

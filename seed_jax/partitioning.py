@@ -38,6 +38,22 @@ DEFAULT_RULES: tuple[tuple[str, Any], ...] = (
 )
 
 
+def parse_mesh(text: str) -> tuple[int, int, int]:
+  """"1,-1,1" -> (1, -1, 1).
+
+  Raises:
+    ValueError: naming --mesh, unless three integers (positive, or -1).
+  """
+  try:
+    sizes = tuple(int(s) for s in text.split(","))
+  except ValueError:
+    sizes = ()
+  if len(sizes) != 3 or any(s < 1 and s != -1 for s in sizes):
+    raise ValueError(f"--mesh={text}: want three sizes data,fsdp,tensor, "
+                     "each a positive integer or -1, e.g. --mesh=1,-1,1")
+  return sizes
+
+
 def make_mesh(shape: Sequence[int] = (-1, 1, 1),
               devices: Sequence[jax.Device] | None = None) -> Mesh:
   """A (data, fsdp, tensor) mesh; one size may be -1 (the rest of devices).

@@ -73,6 +73,34 @@ def test_cli_flags():
   args = aot.parse_flags(["--model=qwen2_5_3b", "--topology=v5p-8",
                           "--mesh=1,2,2", "--batch=16"])
   assert (args.model, args.topology, args.mesh, args.batch) == (
-      "qwen2_5_3b", "v5p-8", "1,2,2", 16)
+      "qwen2_5_3b", "v5p-8", (1, 2, 2), 16)
   with pytest.raises(ValueError, match="unknown model"):
     aot.model_config("qwen9")
+
+
+@pytest.mark.parametrize("flag,message", [
+    ("--mesh=1,x,1", "--mesh=1,x,1: want three sizes"),
+    ("--mesh=1,2", "want three sizes"),
+    ("--param_dtype=foo", "invalid choice: 'foo'"),
+    ("--dtype=int8", "invalid choice: 'int8'"),
+    ("--model=bogus", "invalid choice: 'bogus'"),
+    ("--prompt_len=-5", "must be > 0, got -5"),
+    ("--batch=0", "must be > 0, got 0"),
+    ("--hbm_gib=0", "must be > 0, got 0"),
+    ("--hbm_gib=nan", "must be > 0, got nan"),
+])
+def test_bad_flags_are_named_at_parsing(flag, message, capsys):
+  argv = ["--model=tiny", "--topology=v4-16", flag]
+  with pytest.raises(SystemExit) as info:
+    aot.parse_flags(argv[1:] if flag.startswith("--model") else argv)
+  assert info.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_cli_refuses_what_cannot_compile_before_compiling(capsys, monkeypatch):
+  monkeypatch.setattr(aot, "compile_train_step",
+                      lambda *a, **kw: pytest.fail("compiled"))
+  # The tiny model's context is shorter than the default prompt.
+  assert aot.main(["--model=tiny", "--topology=v4-16"]) == 2
+  context = testing.tiny_config().max_position_embeddings
+  assert (f"error: --prompt_len + --response_len = 1280 exceeds tiny's "
+          f"context of {context} positions") in capsys.readouterr().err
