@@ -69,7 +69,10 @@ start() {
   check_run
   local env_words  # assignments quote their value only
   env_words="GIN_FILE=$(show "${GIN_FILE}") WORKDIR=$(show "${WORKDIR}")"
-  on_workers all "cd ~/${REMOTE_DIR} && ${env_words} SEED_DISTRIBUTED=1 PYTHON=.venv/bin/python setsid nohup launch/run_host.sh $(show "$@") > ~/${LOG} 2>&1 < /dev/null &"
+  # A worker where a trainer still runs refuses (two on one workdir would
+  # delete each other's checkpoints); the log is appended to, not truncated.
+  # ([.] keeps pgrep from matching this command's own shell.)
+  on_workers all "cd ~/${REMOTE_DIR} || exit 1; if pgrep -f seed_jax[.]train > /dev/null; then echo a seed_jax trainer already runs on \$(hostname), see ~/${LOG} >&2; exit 1; fi; ${env_words} SEED_DISTRIBUTED=1 PYTHON=.venv/bin/python setsid nohup launch/run_host.sh $(show "$@") >> ~/${LOG} 2>&1 < /dev/null &"
 }
 
 logs() {

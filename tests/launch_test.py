@@ -3,6 +3,7 @@
 import os
 import shlex
 import subprocess
+import time
 
 import pytest
 
@@ -55,16 +56,20 @@ def test_tpu_vm_up_prints_every_command(fake_bin):
       f"{ssh} --worker=all \"--command=cd ~/seed_jax && python3 -m venv .venv "
       "&& .venv/bin/pip install -q -r requirements.txt 'jax[tpu]==0.10.2' && "
       ".venv/bin/pip install -q --no-deps -e .\" --zone=us-east5-a",
-      f"{ssh} --worker=all '--command=cd ~/seed_jax && "
+      f"{ssh} --worker=all '--command=cd ~/seed_jax || exit 1; if pgrep -f "
+      "seed_jax[.]train > /dev/null; then echo a seed_jax trainer already "
+      "runs on $(hostname), see ~/seed_jax.log >&2; exit 1; fi; "
       "GIN_FILE=configs/experiments/tiny.gin WORKDIR=/mnt/runs/a "
       "SEED_DISTRIBUTED=1 PYTHON=.venv/bin/python setsid nohup "
       "launch/run_host.sh \"--gin.VARIANT='\\''grpo'\\''\" "
-      "--gin.NUM_UPDATES=3 > ~/seed_jax.log 2>&1 < /dev/null &' "
+      "--gin.NUM_UPDATES=3 >> ~/seed_jax.log 2>&1 < /dev/null &' "
       "--zone=us-east5-a",
   ]
   # The printed lines are shell words: the remote command keeps the binding.
   remote = shlex.split(lines[5])[7][len("--command="):]
-  assert shlex.split(remote)[9:12] == ["launch/run_host.sh", *GIN_ARGS]
+  words = shlex.split(remote)
+  start = words.index("launch/run_host.sh")
+  assert words[start:start + 3] == ["launch/run_host.sh", *GIN_ARGS]
 
 
 def test_tpu_vm_workdir_with_a_space_stays_an_assignment(fake_bin):
@@ -72,10 +77,47 @@ def test_tpu_vm_workdir_with_a_space_stays_an_assignment(fake_bin):
   line = _lines(_run(fake_bin, "tpu_vm.sh", "run", **env))[0]
   remote = shlex.split(line)[7][len("--command="):]
   # What the worker's shell makes of the assignments before the script.
-  assignments = remote.split(" && ", 1)[1].split(" PYTHON=")[0]
+  assignments = remote.split("; fi; ", 1)[1].split(" PYTHON=")[0]
   out = subprocess.run(["bash", "-c", f"{assignments} printenv WORKDIR"],
                        capture_output=True, text=True, check=True).stdout
   assert out == "/mnt/my runs/a\n"
+
+
+def test_tpu_vm_run_refuses_beside_a_live_trainer_and_keeps_the_log(
+    fake_bin, tmp_path):
+  line = _lines(_run(fake_bin, "tpu_vm.sh", "run", "--gin.X=1", **TPU))[0]
+  remote = shlex.split(line)[7][len("--command="):]
+  # A worker's home: a checkout whose run_host.sh logs its arguments.
+  home = tmp_path / "home"
+  (home / "seed_jax" / "launch").mkdir(parents=True)
+  host = home / "seed_jax" / "launch" / "run_host.sh"
+  host.write_text("#!/bin/sh\necho started \"$@\"\n")
+  host.chmod(0o755)
+  (home / "seed_jax.log").write_text("earlier run\n")
+  # pgrep stands in for the process table: a trainer runs while the file
+  # `trainer` exists, and the pattern must not match the worker's own shell.
+  (home / "bin").mkdir()
+  (home / "bin" / "pgrep").write_text(
+      '#!/bin/sh\n[ "$*" = "-f seed_jax[.]train" ] && [ -e "$HOME/trainer" ]\n')
+  (home / "bin" / "pgrep").chmod(0o755)
+  env = dict(os.environ, HOME=str(home),
+             PATH=f"{home / 'bin'}{os.pathsep}{os.environ['PATH']}")
+
+  def worker():
+    res = subprocess.run(["bash", "-c", remote], env=env, cwd=home,
+                         capture_output=True, text=True, timeout=30)
+    time.sleep(0.5)  # the started script is in the background
+    return res
+
+  (home / "trainer").write_text("")
+  res = worker()
+  assert res.returncode == 1
+  assert "a seed_jax trainer already runs on" in res.stderr
+  assert (home / "seed_jax.log").read_text() == "earlier run\n"
+  (home / "trainer").unlink()
+  assert worker().returncode == 0
+  assert (home / "seed_jax.log").read_text() == (
+      "earlier run\nstarted --gin.X=1\n")
 
 
 def test_tpu_vm_copy_ships_what_git_does_not_ignore(fake_bin, tmp_path):
