@@ -43,6 +43,10 @@ def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--episodes", type=int, default=500)
   args = parser.parse_args()
+  for name in ('episodes',):
+    if getattr(args, name) is not None and getattr(args, name) < 1:
+      parser.error(f"--{name.replace('_', '-')} must be at least 1, "
+                   f"got {getattr(args, name)}")
   for name, kwargs in (("household", {}), ("sokoban", {}),
                        ("sokoban", {"dim": (8, 8), "num_boxes": 2})):
     step_rate, episode_rate, success = measure(name, args.episodes, **kwargs)

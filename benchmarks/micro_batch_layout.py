@@ -55,6 +55,10 @@ def main() -> None:
       os.path.dirname(os.path.abspath(__file__)), "results",
       "micro_batch_layout.json"))
   args = parser.parse_args()
+  for name in ('devices', 'batch', 'micro_batches', 'prompt_len', 'response_len', 'rounds'):
+    if getattr(args, name) is not None and getattr(args, name) < 1:
+      parser.error(f"--{name.replace('_', '-')} must be at least 1, "
+                   f"got {getattr(args, name)}")
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                              " --xla_force_host_platform_device_count="
                              f"{args.devices}")

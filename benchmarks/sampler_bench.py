@@ -51,7 +51,19 @@ def parse_args() -> argparse.Namespace:
   parser.add_argument("--out", default=os.path.join(
       os.path.dirname(os.path.abspath(__file__)), "results",
       "sampler_bench.json"))
-  return parser.parse_args()
+  args = parser.parse_args()
+  for name in ('batch', 'prompt_len', 'new_tokens', 'repeats', 'threads'):
+    if getattr(args, name) is not None and getattr(args, name) < 1:
+      parser.error(f"--{name.replace('_', '-')} must be at least 1, "
+                   f"got {getattr(args, name)}")
+  if args.split and args.new_tokens < 2:
+    parser.error("--split times decode as the difference from a one-token "
+                 "call: --new-tokens must be at least 2")
+  for dt in (d for d in args.torch_dtypes.split(",") if d):
+    if dt not in ("float32", "bfloat16", "float16"):
+      parser.error(f"--torch-dtypes: unknown dtype {dt!r}; use float32, "
+                   "bfloat16 or float16")
+  return args
 
 
 def pin_threads(n: int) -> list[int]:

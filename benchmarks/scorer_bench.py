@@ -43,7 +43,12 @@ def parse_args() -> argparse.Namespace:
   parser.add_argument("--out", default=os.path.join(
       os.path.dirname(os.path.abspath(__file__)), "results",
       "scorer_bench.json"))
-  return parser.parse_args()
+  args = parser.parse_args()
+  for name in ('batch', 'prompt_len', 'skill_len', 'response_len', 'repeats', 'chunk', 'threads'):
+    if getattr(args, name) is not None and getattr(args, name) < 1:
+      parser.error(f"--{name.replace('_', '-')} must be at least 1, "
+                   f"got {getattr(args, name)}")
+  return args
 
 
 def make_batch(rng, args, vocab: int, pad_id: int):

@@ -35,6 +35,10 @@ def main() -> None:
       os.path.dirname(os.path.abspath(__file__)), "results",
       "skill_prefix.json"))
   args = parser.parse_args()
+  for name in ('tasks', 'response_len'):
+    if getattr(args, name) is not None and getattr(args, name) < 1:
+      parser.error(f"--{name.replace('_', '-')} must be at least 1, "
+                   f"got {getattr(args, name)}")
   import numpy as np  # pylint: disable=g-import-not-at-top
   from seed_jax import hf  # pylint: disable=g-import-not-at-top
   from seed_jax import prompts  # pylint: disable=g-import-not-at-top
@@ -72,6 +76,7 @@ def main() -> None:
                      shared_prefix_tokens=pre, best_dual_over_singles=bound))
     print(f"history {k}: ordinary {la:.0f} tokens, augmented {lb:.0f}, "
           f"shared prefix {pre:.0f}: dual / two singles >= {bound:.3f}")
+  os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
   with open(args.out, "w") as f:
     # The output's name only: results name no machine's folders.
     meta = dict(vars(args), out=os.path.basename(args.out))
