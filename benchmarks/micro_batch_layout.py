@@ -55,7 +55,8 @@ def main() -> None:
       os.path.dirname(os.path.abspath(__file__)), "results",
       "micro_batch_layout.json"))
   args = parser.parse_args()
-  for name in ('devices', 'batch', 'micro_batches', 'prompt_len', 'response_len', 'rounds'):
+  for name in ('devices', 'batch', 'micro_batches', 'prompt_len',
+               'response_len', 'rounds'):
     if getattr(args, name) is not None and getattr(args, name) < 1:
       parser.error(f"--{name.replace('_', '-')} must be at least 1, "
                    f"got {getattr(args, name)}")

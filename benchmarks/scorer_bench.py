@@ -44,7 +44,8 @@ def parse_args() -> argparse.Namespace:
       os.path.dirname(os.path.abspath(__file__)), "results",
       "scorer_bench.json"))
   args = parser.parse_args()
-  for name in ('batch', 'prompt_len', 'skill_len', 'response_len', 'repeats', 'chunk', 'threads'):
+  for name in ('batch', 'prompt_len', 'skill_len', 'response_len', 'repeats',
+               'chunk', 'threads'):
     if getattr(args, name) is not None and getattr(args, name) < 1:
       parser.error(f"--{name.replace('_', '-')} must be at least 1, "
                    f"got {getattr(args, name)}")

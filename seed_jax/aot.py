@@ -16,9 +16,10 @@ accelerator (on CPU the sampler keeps it in float32).
 
 The CLI creates the fake devices itself (`jax_num_cpu_devices`, before JAX
 starts). It exits 0 when the peak fits, 1 when it does not, and 2 on bad
-input, which it names before compiling anything. The numbers come from the CPU compiler's buffer assignment: close to
-a TPU's for arguments and outputs (the sharded state), an estimate for
-temporaries (the TPU compiler fuses and lays out differently).
+input, which it names before compiling anything. The numbers come from the
+CPU compiler's buffer assignment: close to a TPU's for arguments and outputs
+(the sharded state), an estimate for temporaries (the TPU compiler fuses and
+lays out differently).
 """
 
 from __future__ import annotations

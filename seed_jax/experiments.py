@@ -23,8 +23,9 @@ Resuming: a run whose metrics.jsonl lists its final update is done and
 skipped; any other is started again and `seed_jax.train` resumes it from
 its last checkpoint. So after an interruption (a reboot, `kill` of the
 runner, which stops its runs), rerunning the same command continues. The
-runner (`seed_jax.runner`) keeps `OUT/status.json` up to date (each run's state, return code,
-command and log); `status` prints it with each run's last logged update.
+runner (`seed_jax.runner`) keeps `OUT/status.json` up to date (each run's
+state, return code, command and log); `status` prints it with each run's
+last logged update.
 `--dry_run` prints the commands without running them.
 
 `summarize` reads every `OUT/<method>/seed<S>/metrics.jsonl` and writes

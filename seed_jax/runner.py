@@ -122,7 +122,8 @@ def execute(runs: Sequence[Run], num_updates: Mapping[str, int], *,
   """Runs what is not done yet, `parallel` at a time; keeps status.json.
 
   A failed run does not stop the others; a KeyboardInterrupt (or SIGTERM,
-  see `main`) stops the runs started here and marks them "interrupted".
+  see `experiments.main`) stops the runs started here and marks them
+  "interrupted".
 
   Args:
     runs: from `experiments.plan`.
