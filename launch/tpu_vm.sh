@@ -18,6 +18,12 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source launch/lib.sh
 
+USAGE="usage: launch/tpu_vm.sh create|copy|install|run|logs|delete|up [gin args]"
+case "${1:-}" in
+  -h|--help) echo "${USAGE}"; exit 0 ;;
+  "") echo "${USAGE}" >&2; exit 2 ;;
+esac
+
 : "${TPU_NAME:?set TPU_NAME, the TPU VM name}"
 : "${ZONE:?set ZONE, e.g. us-east5-a}"
 JAX_TPU="${JAX_TPU:-jax[tpu]==0.10.2}"
@@ -83,8 +89,12 @@ delete() {
   tpu delete "${TPU_NAME}" --quiet
 }
 
-action="${1:?usage: launch/tpu_vm.sh create|copy|install|run|logs|delete|up [gin args]}"
+action="$1"
 shift
+if [[ "${action}" != run && "${action}" != up && $# -gt 0 ]]; then
+  echo "${action} takes no arguments, got: $*" >&2
+  exit 2
+fi
 case "${action}" in
   create) create ;;
   copy) copy ;;

@@ -158,6 +158,18 @@ def test_tpu_vm_up_checks_the_run_before_creating(fake_bin):
   assert res.stdout == ""  # nothing created
 
 
+def test_tpu_vm_usage_and_stray_arguments(fake_bin):
+  # Usage needs no variables; a missing action is an error with it.
+  res = _run(fake_bin, "tpu_vm.sh", "--help")
+  assert res.returncode == 0 and res.stdout.startswith("usage: ")
+  res = _run(fake_bin, "tpu_vm.sh")
+  assert res.returncode == 2 and res.stderr.startswith("usage: ")
+  # Only run and up take (gin) arguments; others refuse them, running nothing.
+  res = _run(fake_bin, "tpu_vm.sh", "delete", "--force", **TPU)
+  assert res.returncode == 2 and res.stdout == ""
+  assert "delete takes no arguments, got: --force" in res.stderr
+
+
 def test_tpu_vm_logs_and_delete(fake_bin):
   lines = _lines(_run(fake_bin, "tpu_vm.sh", "logs", LOG_WORKER="2", **TPU))
   assert lines == ["gcloud compute tpus tpu-vm ssh seed-pod --worker=2 "
