@@ -180,6 +180,8 @@ def main(argv=None) -> dict[str, Any]:
   except (checkpoints.CorruptCheckpointError, FileNotFoundError,
           ValueError) as e:
     raise SystemExit(f"error: {e}") from e
+  except KeyError as e:  # a tensor missing from the policy folder
+    raise SystemExit(f"error: {e.args[0]}") from e
   report = breakdown(rl_trainer, params, jax.random.key(args.seed),
                      batches=args.batches)
   report.update(workdir=workdir, step=args.step, seed=args.seed,

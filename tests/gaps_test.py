@@ -116,6 +116,27 @@ def test_gaps_cli_names_a_damaged_policy_or_checkpoint(tiny_run, tmp_path):
   assert not [n for n in os.listdir(run_dir) if n.startswith("gaps")]
 
 
+def test_gaps_cli_names_a_tensor_missing_from_the_policy_folder(tiny_run,
+                                                               tmp_path):
+  from safetensors import numpy as st  # pylint: disable=g-import-not-at-top
+  from seed_jax import hf  # pylint: disable=g-import-not-at-top
+  run_dir = str(tmp_path / "run")
+  shutil.copytree(tiny_run, run_dir)
+  folder = os.path.join(run_dir, "policy")  # update 0 is read from here
+  policy = testing.tiny_policy()
+  hf.save_pretrained(folder, policy.config, policy.params,
+                     tokenizer=policy.tokenizer)
+  path = os.path.join(folder, "model.safetensors")
+  tensors = dict(hf.read_safetensors(path))
+  name = next(k for k in sorted(tensors) if ".layers.0." in k)
+  del tensors[name]
+  st.save_file({k: np.array(v) for k, v in tensors.items()}, path)
+  with pytest.raises(SystemExit, match=f"^error: tensor '{re.escape(name)}' "
+                     "missing from the safetensors"):
+    gaps.main(["--workdir", run_dir, "--step", "0", "--batches", "1"])
+  assert not [n for n in os.listdir(run_dir) if n.startswith("gaps")]
+
+
 def test_gaps_cli_measures_the_policy_of_a_step(tiny_run, tmp_path,
                                                 monkeypatch):
   run_dir = str(tmp_path / "run")  # gaps writes its report into the run
