@@ -4,8 +4,8 @@ Everything here is a pure function of the runs' metric histories,
 `histories[method][seed] = [record, ...]`, each record one line of a run's
 metrics.jsonl: `{"update": 10, "env_steps": 412.0, "eval/seen/success": 0.5,
 "eval/seen/success/heat": 0.25, ...}` ("env_steps" counts that update's
-rollout only; evaluations are logged at the updates they ran). Only the
-writers at the end touch files.
+rollout only; evaluations are logged at the updates they ran). Only
+`read_metrics` and the writers at the end touch files.
 
 Conventions, stated again in the Markdown they produce:
   * success is a rate in [0, 1]; tables print it in percent;
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import os
 from typing import Any, Mapping, Sequence
 
@@ -37,6 +38,34 @@ DIAGNOSTICS = ("success_rate", "valid_action_ratio", "analyses_parsed",
                "entropy")
 
 Histories = Mapping[str, Mapping[int, Sequence[Mapping[str, Any]]]]
+
+
+def read_metrics(path: str) -> list[dict[str, Any]]:
+  """The records of a run's metrics.jsonl, in order.
+
+  Raises:
+    ValueError: naming the file and line of a line that is not a JSON object
+      with an "update" (training writes the file whole, so it was damaged or
+      edited by hand).
+  """
+  records = []
+  with open(path) as f:
+    for n, line in enumerate(f, 1):
+      if not line.strip():
+        continue
+      try:
+        record = json.loads(line)
+      except ValueError as e:
+        problem = f"not JSON ({e}); a truncated file?"
+      else:
+        if isinstance(record, dict) and "update" in record:
+          records.append(record)
+          continue
+        problem = f"{record!r} is not a JSON object with an \"update\""
+      raise ValueError(
+          f"{path} line {n}: {problem} Delete the file and resume the run: "
+          "training writes it again from the history its checkpoint keeps")
+  return records
 
 
 def mean_std(values: Sequence[float]) -> dict[str, Any]:

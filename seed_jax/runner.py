@@ -25,6 +25,7 @@ import time
 from typing import Any, Mapping, Sequence
 
 from seed_jax import atomic
+from seed_jax import results
 from seed_jax import sweep
 
 STATUS = "status.json"
@@ -62,29 +63,10 @@ def read_history(workdir: str) -> list[dict[str, Any]]:
   """The records of `workdir/metrics.jsonl`; [] when there is none.
 
   Raises:
-    ValueError: a line that is not a JSON record with an "update", named by
-      path and line number.
+    ValueError: a damaged line, named (`results.read_metrics`).
   """
   path = os.path.join(workdir, "metrics.jsonl")
-  if not os.path.exists(path):
-    return []
-  records = []
-  with open(path) as f:
-    for number, line in enumerate(f, 1):
-      if not line.strip():
-        continue
-      try:
-        record = json.loads(line)
-      except ValueError as e:
-        record = e
-      if not isinstance(record, dict) or "update" not in record:
-        raise ValueError(
-            f"{path}, line {number}, is not a metrics record ({record}); "
-            "training rewrites the file whole, so it was changed by hand or "
-            "damaged: delete it and resume the run, which writes it again "
-            "from the history its checkpoint keeps")
-      records.append(record)
-  return records
+  return results.read_metrics(path) if os.path.exists(path) else []
 
 
 def is_done(workdir: str, num_updates: int) -> bool:
@@ -111,7 +93,7 @@ def _now() -> str:
   return datetime.datetime.now().isoformat(timespec="seconds")
 
 
-def write_json(path: str, data: Any) -> None:
+def _write_json(path: str, data: Any) -> None:
   atomic.write_text(path, json.dumps(data, indent=1))
 
 
@@ -170,7 +152,7 @@ def execute(runs: Sequence[Run], num_updates: Mapping[str, int], *,
       print(f"{run.name}: done, skipped", flush=True)
     else:
       queue.append(run)
-  write_json(path, status)
+  _write_json(path, status)
   active: dict[str, tuple[Run, subprocess.Popen, Any]] = {}
   env = dict(os.environ, PYTHONUNBUFFERED="1")
   try:
@@ -188,7 +170,7 @@ def execute(runs: Sequence[Run], num_updates: Mapping[str, int], *,
         status["runs"][run.name].update(state="running", started=_now(),
                                         pid=proc.pid)
         print(f"{run.name}: started (log {run.log})", flush=True)
-        write_json(path, dict(status, updated=_now()))
+        _write_json(path, dict(status, updated=_now()))
       time.sleep(poll_s)
       for name, (run, proc, log) in list(active.items()):
         rc = proc.poll()
@@ -201,7 +183,7 @@ def execute(runs: Sequence[Run], num_updates: Mapping[str, int], *,
         entry.update(state="done" if ok else "failed", returncode=rc,
                      ended=_now())
         print(f"{name}: {entry['state']} (exit status {rc})", flush=True)
-        write_json(path, dict(status, updated=_now()))
+        _write_json(path, dict(status, updated=_now()))
   except KeyboardInterrupt:
     for name, (run, proc, log) in active.items():
       proc.terminate()
@@ -214,10 +196,10 @@ def execute(runs: Sequence[Run], num_updates: Mapping[str, int], *,
       log.close()
       status["runs"][name].update(state="interrupted",
                                   returncode=proc.returncode, ended=_now())
-    write_json(path, dict(status, updated=_now()))
+    _write_json(path, dict(status, updated=_now()))
     raise
   status.update(finished=True, updated=_now())
-  write_json(path, status)
+  _write_json(path, status)
   return status
 
 

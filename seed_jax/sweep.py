@@ -26,7 +26,6 @@ import collections.abc
 import csv
 import importlib.util
 import io
-import json
 import os
 import shlex
 import sys
@@ -161,26 +160,14 @@ def final_metrics(run_dir: str) -> dict[str, Any] | None:
   """Each metric's last value in `run_dir/metrics.jsonl`; None if absent.
 
   Raises:
-    ValueError: naming the file and line of a line that is no JSON object
-      (a truncated or hand-edited file).
+    ValueError: a damaged line, named (`results.read_metrics`).
   """
   path = os.path.join(run_dir, "metrics.jsonl")
   if not os.path.exists(path):
     return None
   final: dict[str, Any] = {}
-  with open(path) as f:
-    for n, line in enumerate(f, 1):
-      if not line.strip():
-        continue
-      try:
-        record = json.loads(line)
-      except ValueError as e:
-        raise ValueError(f"{path} line {n}: not JSON ({e}); a truncated "
-                         "file?") from None
-      if not isinstance(record, dict):
-        raise ValueError(f"{path} line {n}: {record!r} is not a JSON object "
-                         "of metrics")
-      final.update(record)
+  for record in results.read_metrics(path):
+    final.update(record)
   return final
 
 

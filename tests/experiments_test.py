@@ -304,7 +304,7 @@ def test_bad_inputs(tmp_path, capsys):
   metrics.write_text('{"update": 1}\n{"update": 2, "succ')
   for command in (["summarize"], ["run", "--methods", "grpo", "--seeds", "0",
                                   "--gin_file", TINY, "--dry_run"]):
-    with pytest.raises(SystemExit, match=f"{metrics}, line 2, is not a"):
+    with pytest.raises(SystemExit, match=f"{metrics} line 2: not JSON"):
       experiments.main([command[0], "--out", str(tmp_path), *command[1:]])
 
 
