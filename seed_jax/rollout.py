@@ -1,7 +1,7 @@
 """Grouped multi-turn rollout: B task groups x N episodes played with the sampler.
 
 `Policy` turns prompt strings into sampled responses (token ids, text and
-temperature-1 log-probs) with one compiled sampler per (row bucket, prompt
+log-probs at the sampling temperature) with one compiled sampler per (row bucket, prompt
 bucket). `rollout` plays an `EnvPool` until every episode is done, sampling
 only for the episodes still running, and returns one `Sample` per
 (trajectory, step) plus the finished `Episode` records.
@@ -34,7 +34,7 @@ class Generation:
   text: str  # decoded response, cut after the first stop string
   prompt_ids: list[int]  # the encoded prompt (after any truncation)
   response_ids: list[int]  # the sampled tokens (stop/EOS token included)
-  logprobs: list[float]  # log p(token) at temperature 1, per response token
+  logprobs: list[float]  # log p(token) at the sampling temperature, per token
 
 
 GenerateFn = Callable[[Sequence[str], jax.Array], list[Generation]]

@@ -113,7 +113,9 @@ class SampleOutput:
   tokens: jax.Array  # [B, N] int32, pad_id after a row is done
   lengths: jax.Array  # [B] int32, tokens generated (stop token included)
   done: jax.Array  # [B] bool, stopped on EOS or a stop sequence
-  logprobs: jax.Array  # [B, N] float32, log p(token) at temperature 1
+  # [B, N] float32, log p(token) under softmax(logits / the sampling
+  # temperature) (1 for Greedy), before any top-k or top-p cut.
+  logprobs: jax.Array
 
 
 @flax.struct.dataclass
@@ -202,13 +204,16 @@ def sample(params: model_lib.Params, prompts: jax.Array, mask: jax.Array,
         f"prompt bucket {P} + max_new_tokens {N} = {S} exceeds the model's "
         f"context of {c.max_position_embeddings} positions (the KV cache)")
   mask = mask.astype(bool)
+  temperature = getattr(sampling, "temperature", 1.0)
   W = max([len(s) for s in stop_seqs] + [1])
   eos = jnp.asarray(eos_ids or (-1,), jnp.int32)
 
   def pick(logits, rng, state_done):
-    # The log-prob PPO needs is under the temperature-1 distribution, whatever
-    # the sampling method.
+    # The log-prob the scorer gives at the sampling temperature (1 for
+    # greedy), before any top-k or top-p cut: what RL's scorer recomputes.
     token = sampling(logits, rng).astype(jnp.int32)
+    if temperature != 1.0:
+      logits = logits / temperature
     logp = jnp.take_along_axis(jax.nn.log_softmax(logits, axis=-1),
                                token[:, None], axis=-1)[:, 0]
     token = jnp.where(state_done, pad_id, token)

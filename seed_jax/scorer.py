@@ -18,12 +18,13 @@ from seed_jax import model as model_lib
 
 
 def _chunked_logp(params, hidden, targets, *, config, chunk: int,
-                  with_entropy: bool):
+                  with_entropy: bool, temperature: float = 1.0):
   """Per-token log p(target) (and entropy) from hidden states, in chunks.
 
   Args:
     hidden: [B, R, D] states that predict `targets`.
     targets: [B, R] int32.
+    temperature: of softmax(logits / temperature), the distribution scored.
 
   Returns:
     logp [B, R] float32 and entropy [B, R] float32 (zeros unless asked).
@@ -42,6 +43,8 @@ def _chunked_logp(params, hidden, targets, *, config, chunk: int,
   def one(args):
     hc, tc = args
     lg = model_lib.logits(params, hc, config=config)  # [B, c, V] float32
+    if temperature != 1.0:
+      lg = lg / temperature
     lsm = jax.nn.log_softmax(lg, axis=-1)
     lp = jnp.take_along_axis(lsm, tc[..., None], axis=-1)[..., 0]
     if with_entropy:
@@ -58,12 +61,15 @@ def _chunked_logp(params, hidden, targets, *, config, chunk: int,
 
 def score_tokens(params, prompts, prompt_mask, responses, response_mask, *,
                  config: model_lib.ModelConfig, chunk: int = 64,
-                 with_entropy: bool = False, remat: bool = False):
+                 with_entropy: bool = False, remat: bool = False,
+                 temperature: float = 1.0):
   """Log-probs of right-padded responses after left-padded prompts (traceable).
 
   Args:
     prompts: [B, P] int32, left-padded; prompt_mask [B, P].
     responses: [B, R] int32, right-padded; response_mask [B, R].
+    temperature: log-probs (and entropies) of softmax(logits / temperature),
+      the distribution RL samples its rollouts from.
 
   Returns:
     (logp [B, R], entropy [B, R]) float32; zero where response_mask is 0.
@@ -78,23 +84,25 @@ def score_tokens(params, prompts, prompt_mask, responses, response_mask, *,
   # The state at position P-1+j predicts response token j.
   h = jax.lax.dynamic_slice_in_dim(hidden, P - 1, R, axis=1)
   lp, ent = _chunked_logp(params, h, responses, config=config, chunk=chunk,
-                          with_entropy=with_entropy)
+                          with_entropy=with_entropy, temperature=temperature)
   rm = response_mask.astype(bool)
   return jnp.where(rm, lp, 0.0), jnp.where(rm, ent, 0.0)
 
 
-@functools.partial(jax.jit, static_argnames=("config", "chunk"))
+@functools.partial(jax.jit, static_argnames=("config", "chunk", "temperature"))
 def score(params, prompts, prompt_mask, responses, response_mask, *,
-          config: model_lib.ModelConfig, chunk: int = 64) -> jax.Array:
+          config: model_lib.ModelConfig, chunk: int = 64,
+          temperature: float = 1.0) -> jax.Array:
   """Single-context log-probs [B, R] (old and reference log-probs)."""
   return score_tokens(params, prompts, prompt_mask, responses, response_mask,
-                      config=config, chunk=chunk)[0]
+                      config=config, chunk=chunk, temperature=temperature)[0]
 
 
-@functools.partial(jax.jit, static_argnames=("config", "chunk"))
+@functools.partial(jax.jit, static_argnames=("config", "chunk", "temperature"))
 def score_dual(params, prompts_a, mask_a, prompts_b, mask_b, responses,
                response_mask, *, config: model_lib.ModelConfig,
-               chunk: int = 64) -> tuple[jax.Array, jax.Array]:
+               chunk: int = 64, temperature: float = 1.0
+               ) -> tuple[jax.Array, jax.Array]:
   """Log-probs of the same responses under two contexts, in one forward.
 
   Each row packs its two sequences on the length axis, [prompt_a, response,
@@ -107,6 +115,7 @@ def score_dual(params, prompts_a, mask_a, prompts_b, mask_b, responses,
     prompts_a: [B, Pa] left-padded ordinary prompts; mask_a [B, Pa].
     prompts_b: [B, Pb] left-padded augmented prompts; mask_b [B, Pb].
     responses: [B, R] right-padded; response_mask [B, R].
+    temperature: as in `score_tokens`.
 
   Returns:
     (logp_a, logp_b), each [B, R] float32; zero where response_mask is 0.
@@ -127,7 +136,8 @@ def score_dual(params, prompts_a, mask_a, prompts_b, mask_b, responses,
   h = jnp.concatenate([hidden[:, Pa - 1:Pa - 1 + R],
                        hidden[:, La + Pb - 1:La + Pb - 1 + R]], axis=0)
   lp, _ = _chunked_logp(params, h, jnp.concatenate([responses, responses]),
-                        config=config, chunk=chunk, with_entropy=False)
+                        config=config, chunk=chunk, with_entropy=False,
+                        temperature=temperature)
   lp = jnp.where(jnp.concatenate([response_mask, response_mask]).astype(bool),
                  lp, 0.0)
   return lp[:B], lp[B:]

@@ -70,20 +70,28 @@ def make_optimizer(learning_rate: float = 1e-6, *, weight_decay: float = 0.01,
 
 
 def policy_logp(params, batch: Batch, *, config: model_lib.ModelConfig,
-                with_entropy: bool, remat: bool = False, chunk: int = 64):
-  """Current log-probs and entropies [B, R] of the batch's responses."""
+                with_entropy: bool, remat: bool = False, chunk: int = 64,
+                temperature: float = 1.0):
+  """Current log-probs and entropies [B, R] of the batch's responses, under
+  softmax(logits / temperature)."""
   return scorer.score_tokens(params, batch["prompts"], batch["prompt_mask"],
                              batch["responses"], batch["response_mask"],
                              config=config, chunk=chunk,
-                             with_entropy=with_entropy, remat=remat)
+                             with_entropy=with_entropy, remat=remat,
+                             temperature=temperature)
 
 
 def rl_loss(params, batch: Batch, *, config, remat=False, chunk=64,
-            **loss_kwargs) -> tuple[jax.Array, Metrics]:
-  """SEED/GRPO loss: one forward feeds PPO, OPD, KL and entropy."""
+            temperature=1.0, **loss_kwargs) -> tuple[jax.Array, Metrics]:
+  """SEED/GRPO loss: one forward feeds PPO, OPD, KL and entropy.
+
+  `temperature` is the rollouts' sampling temperature: the current policy is
+  scored at it, as the batch's old, skill and reference log-probs are.
+  """
   with_entropy = loss_kwargs.get("entropy_coef", 0.001) != 0
   logp, ent = policy_logp(params, batch, config=config,
-                          with_entropy=with_entropy, remat=remat, chunk=chunk)
+                          with_entropy=with_entropy, remat=remat, chunk=chunk,
+                          temperature=temperature)
   loss, metrics = losses.seed_loss(logp, ent if with_entropy else None, batch,
                                    **loss_kwargs)
   mask = batch["response_mask"]

@@ -57,10 +57,10 @@ class RLConfig:
   step_advantage_weight: GiGPO's w: each sample's advantage gains w times its
     step advantage (`advantages.gigpo_step_advantage` over the discounted
     step rewards, gamma `step_gamma`, normalized as `adv_norm`); 0 is off.
-  temperature: the rollouts' sampling temperature. The scorer and the loss
-    take log-probs at temperature 1 (the paper's setting, 1.0), so at any
-    other value the samples come from another policy than the one PPO's
-    ratios and the distillation term describe; a warning says so.
+  temperature: the rollouts' sampling temperature (the paper's is 1.0). The
+    policy RL trains is softmax(logits / temperature): the old, skill-
+    augmented, reference and current log-probs are all scored at it, so PPO's
+    ratios and the distillation term describe the policy that sampled.
   """
   variant: str = "seed"
   analyzer: str = "self"
@@ -113,12 +113,6 @@ class RLConfig:
     if not self.temperature > 0:
       raise ValueError(f"RL samples its rollouts: temperature must be > 0, "
                        f"got {self.temperature}")
-    if self.temperature != 1.0:
-      logging.warning(
-          "RL rollouts at temperature %g: log-probs are scored at temperature "
-          "1, so PPO and the distillation term treat the samples as the "
-          "temperature-1 policy's (off-policy by the difference)",
-          self.temperature)
     if self.variant not in VARIANTS:
       raise ValueError(f"unknown variant {self.variant!r}; known: {VARIANTS}")
     if self.analyzer not in ANALYZERS:
@@ -332,16 +326,18 @@ class RLTrainer:
     rep = partitioning.replicated(self.mesh)
     self._rows = partitioning.batch_sharding(self.mesh, 1, rules)
     loss_fn = functools.partial(ts.rl_loss, config=model_config,
-                                remat=rl.remat, **rl.loss_kwargs())
+                                remat=rl.remat, temperature=rl.temperature,
+                                **rl.loss_kwargs())
     step = ts.jit_train_step(
         tx, loss_fn, num_micro_batches=rl.micro_batches,
         state_shardings=self.state_shardings, batch_shardings=self._rows,
         metrics_sharding=rep)
     self.step_fn = lambda state, mb: step(state, self._global(mb))
     psh, rows = self.param_shardings, self._rows
-    dual = jax.jit(lambda p, *a: scorer.score_dual(p, *a, config=model_config),
+    at = dict(config=model_config, temperature=rl.temperature)
+    dual = jax.jit(lambda p, *a: scorer.score_dual(p, *a, **at),
                    in_shardings=(psh,) + (rows,) * 6, out_shardings=(rep, rep))
-    single = jax.jit(lambda p, *a: scorer.score(p, *a, config=model_config),
+    single = jax.jit(lambda p, *a: scorer.score(p, *a, **at),
                      in_shardings=(psh,) + (rows,) * 4, out_shardings=rep)
     self._dual = lambda params, *a: dual(params, *self._global(a))
     self._single = lambda params, *a: single(params, *self._global(a))

@@ -141,10 +141,15 @@ def test_sampler_logprobs_equal_scorer():
                        sampling=sampler.Temperature(0.7), eos_ids=(1,))
   rmask = (np.arange(12)[None] < np.asarray(out.lengths)[:, None]).astype(
       np.int32)
+  # The sampler reports log-probs at its temperature, as the scorer gives
+  # them at the same temperature (what RL's scorer recomputes).
   lp = scorer.score(params, b.tokens, b.mask, out.tokens, rmask, config=cfg,
-                    chunk=5)
+                    chunk=5, temperature=0.7)
   diff = np.abs(np.asarray(lp) - np.asarray(out.logprobs)).max()
   assert diff <= 1e-4, diff
+  lp1 = scorer.score(params, b.tokens, b.mask, out.tokens, rmask, config=cfg,
+                     chunk=5)
+  assert np.abs(np.asarray(lp1) - np.asarray(out.logprobs)).max() > 1e-2
 
 
 @pytest.mark.parametrize("family,kw", [

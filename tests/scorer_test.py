@@ -79,3 +79,36 @@ def test_entropy_matches_full_softmax():
   lsm = np.asarray(jax.nn.log_softmax(lg[0, 5:10], axis=-1))
   ref_ent = -(np.exp(lsm) * lsm).sum(-1)
   np.testing.assert_allclose(np.asarray(ent)[0], ref_ent, atol=1e-5)
+
+
+def test_a_temperature_scores_softmax_of_logits_over_it():
+  cfg = testing.tiny_config(family="llama")
+  params = model_lib.init_params(cfg, jax.random.key(3))
+  rng = np.random.default_rng(3)
+  a = _batch(rng, [5, 7], 8)
+  b = _batch(rng, [11, 9], 12)
+  resp = rng.integers(3, 128, (2, 6)).astype(np.int32)
+  rmask = np.ones_like(resp)
+  rmask[1, 4:] = 0
+  T = 0.6
+  lp, ent = jax.jit(lambda *x: scorer.score_tokens(
+      *x, config=cfg, chunk=4, with_entropy=True, temperature=T))(
+          params, a.tokens, a.mask, resp, rmask)
+  la, lb = scorer.score_dual(params, a.tokens, a.mask, b.tokens, b.mask, resp,
+                             rmask, config=cfg, chunk=4, temperature=T)
+  sb = scorer.score(params, b.tokens, b.mask, resp, rmask, config=cfg,
+                    chunk=4, temperature=T)
+  np.testing.assert_allclose(np.asarray(la), np.asarray(lp), atol=1e-5)
+  np.testing.assert_allclose(np.asarray(lb), np.asarray(sb), atol=1e-5)
+  for i, n in enumerate(rmask.sum(1)):
+    prompt = a.tokens[i][a.mask[i].astype(bool)]
+    seq = np.asarray([list(prompt) + list(resp[i, :n])], np.int32)
+    lg = model_lib.apply(params, seq, np.ones_like(seq), config=cfg)[0]
+    lsm = np.asarray(jax.nn.log_softmax(lg / T, axis=-1))[len(prompt) - 1:-1]
+    np.testing.assert_allclose(np.asarray(lp)[i, :n],
+                               lsm[np.arange(n), resp[i, :n]], atol=1e-5)
+    np.testing.assert_allclose(np.asarray(ent)[i, :n],
+                               -(np.exp(lsm) * lsm).sum(-1), atol=1e-5)
+  one = scorer.score(params, a.tokens, a.mask, resp, rmask, config=cfg,
+                     chunk=4)
+  assert np.abs(np.asarray(one) - np.asarray(lp)).max() > 1e-2

@@ -9,6 +9,7 @@ import optax
 import pytest
 
 from seed_jax import annotators
+from seed_jax import model as model_lib
 from seed_jax import rollout
 from seed_jax import skills
 from seed_jax import teacher as teacher_lib
@@ -45,7 +46,7 @@ def test_step_advantage_groups_equal_observations_of_one_task():
   assert metrics["step_groups_shared"] == pytest.approx(2 / 5)
 
 
-def test_step_knobs_are_checked(caplog):
+def test_step_knobs_are_checked():
   with pytest.raises(ValueError, match="analysis_mode"):
     trainer_lib.RLConfig(analysis_mode="steps")
   with pytest.raises(ValueError, match="step_gamma"):
@@ -54,11 +55,6 @@ def test_step_knobs_are_checked(caplog):
     trainer_lib.RLConfig(max_critical_steps=0)
   with pytest.raises(ValueError, match="temperature must be > 0"):
     trainer_lib.RLConfig(temperature=0.0)
-  with caplog.at_level("WARNING"):
-    trainer_lib.RLConfig()
-    assert not caplog.records
-    trainer_lib.RLConfig(temperature=0.7)
-  assert "RL rollouts at temperature 0.7" in caplog.text
   assert trainer_lib.RLConfig(analysis_mode="episode_step").step_skills == 3
   assert trainer_lib.RLConfig().step_skills == 0
 
@@ -160,6 +156,36 @@ def test_distillation_and_opid_shaping_reach_analyzed_rows_only(policy):
   rest = m["pg_loss"] + rl.kl_coef * m["kl"] - rl.entropy_coef * m["entropy"]
   np.testing.assert_allclose(m["loss"] - rest, rl.opd_coef * m["opd_loss"],
                              rtol=1e-3, atol=1e-7)
+
+
+def test_rollouts_at_a_temperature_are_scored_and_trained_at_it(policy):
+  T = 0.5
+  t = _trainer(policy, temperature=T)
+  params = t.place_params(policy.params)
+  c = t.collect(params, jax.random.key(4), update_index=0)
+  batch, metrics = t.build_batch(t.create_state(policy.params), params, c)
+  # The sampler's log-probs are the scorer's: both at T.
+  assert metrics["logp_agreement"] < 1e-4, metrics["logp_agreement"]
+  rows = np.flatnonzero(batch["response_mask"].sum(1))[:3]
+  assert len(rows) == 3
+  for i in rows:
+    prompt = batch["prompts"][i][batch["prompt_mask"][i].astype(bool)]
+    n = int(batch["response_mask"][i].sum())
+    seq = np.concatenate([prompt, batch["responses"][i, :n]])[None]
+    lg = model_lib.apply(policy.params, seq, np.ones_like(seq),
+                         config=policy.config)[0, len(prompt) - 1:-1]
+    naive = {temp: np.take_along_axis(
+        np.asarray(jax.nn.log_softmax(lg / temp, axis=-1)),
+        batch["responses"][i, :n, None], axis=-1)[:, 0] for temp in (T, 1.0)}
+    np.testing.assert_allclose(batch["old_logp"][i, :n], naive[T], atol=1e-4)
+    np.testing.assert_allclose(batch["ref_logp"][i, :n], naive[T], atol=1e-4)
+    assert np.abs(naive[T] - naive[1.0]).max() > 1e-2
+  # The train step scores the unchanged policy (learning rate 0) at T too:
+  # no ratio away from 1 and no KL to the identical reference.
+  _, m = t._learn(t.create_state(policy.params), batch, jax.random.key(5),
+                  update_index=0)
+  assert m["logp_diff_vs_old"] < 1e-4 and abs(m["kl"]) < 1e-6, m
+  assert m["pg_clipfrac"] == 0
 
 
 def test_a_skill_prompt_past_the_models_context_is_left_out(policy):
