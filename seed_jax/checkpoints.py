@@ -281,12 +281,20 @@ class Checkpointer:
           enable_async_checkpointing=asynchronous)
     self._manager = ocp.CheckpointManager(self.directory, options=options,
                                           item_names=ITEMS)
+    self._closed = False
 
   def __enter__(self) -> "Checkpointer":
     return self
 
-  def __exit__(self, *exc) -> None:
-    self.close()
+  def __exit__(self, exc_type, exc, tb) -> None:
+    if exc_type is None:
+      self.close()
+      return
+    try:  # leaving on an error: that error is the one to see
+      self.close()
+    except Exception:  # pylint: disable=broad-except
+      logging.exception("closing the checkpoints of %s after an error failed",
+                        self.directory)
 
   def all_steps(self) -> list[int]:
     return list(self._manager.all_steps())
@@ -349,9 +357,13 @@ class Checkpointer:
     self._write_manifests()
 
   def close(self) -> None:
-    """Waits for pending saves and releases the manager."""
+    """Waits for pending saves and releases the manager (once; a second call
+    does nothing)."""
+    if self._closed:
+      return
     self.wait()
     self._manager.close()
+    self._closed = True
 
   def _write_manifests(self) -> None:
     if jax.process_index() == 0:

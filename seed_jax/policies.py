@@ -9,6 +9,7 @@ the KL reference.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -105,6 +106,18 @@ def _load_report(folder: epath.Path) -> dict[str, Any]:
   return json.loads(path.read_text()) if path.exists() else {}
 
 
+@contextlib.contextmanager
+def working():
+  """Marks an exception raised inside as one of work under way (it gets
+  `during_work = True`): entry points show it with its traceback, a bug or a
+  fault, where bad input, found before any work starts, is one line."""
+  try:
+    yield
+  except Exception as e:  # pylint: disable=broad-except
+    e.during_work = True
+    raise
+
+
 def _demo_policy(seed: int, demo_kwargs: dict[str, Any],
                  cache_dir: str | None) -> Policy:
   """The demo warm start, or its copy in `cache_dir` made by an earlier run
@@ -125,7 +138,8 @@ def _demo_policy(seed: int, demo_kwargs: dict[str, Any],
       policy = _load_folder(folder)
       policy.report = _load_report(folder)
       return policy
-  config, params, tok, report = demo.warm_start(seed=seed, **demo_kwargs)
+  with working():
+    config, params, tok, report = demo.warm_start(seed=seed, **demo_kwargs)
   policy = Policy(config, params, tok, {"warm_start": report})
   if folder is not None and jax.process_index() == 0:
     folder.parent.mkdir(parents=True, exist_ok=True)
@@ -202,11 +216,12 @@ def run_stage1(policy: Policy, cfg: Stage1Config, workdir: epath.Path, *,
   val = stage1_lib.read_dataset(data_dir, "validation")  # may be empty
   print(f"stage 1: {len(train)} train / {len(val)} validation records "
         f"({stats}) in {time.time() - t0:.0f}s", flush=True)
-  params, report = sft_lib.sft(
-      policy.params, policy.config, policy.tokenizer, train, val,
-      learning_rate=cfg.learning_rate, rng=jax.random.key(seed + 2),
-      epochs=cfg.epochs, batch_size=cfg.batch_size, buckets=cfg.buckets,
-      response_len_max=cfg.response_len_max)
+  with working():
+    params, report = sft_lib.sft(
+        policy.params, policy.config, policy.tokenizer, train, val,
+        learning_rate=cfg.learning_rate, rng=jax.random.key(seed + 2),
+        epochs=cfg.epochs, batch_size=cfg.batch_size, buckets=cfg.buckets,
+        response_len_max=cfg.response_len_max)
   print(f"stage 1 SFT: {report} ({time.time() - t0:.0f}s)", flush=True)
   # What RL's self-analysis must ask for byte for byte (RLTrainer checks).
   report = dict(report, collection=stats, analysis_prompt=dict(

@@ -12,7 +12,6 @@ from the last complete checkpoint.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import difflib
 import inspect
 import logging
@@ -52,19 +51,9 @@ class NonFiniteError(RuntimeError):
 
 # What a refused start raises (bad settings, a workdir that cannot be written
 # or lacks room, a model folder without config.json, checkpoints of another
-# model or none that restores): `main` says it in one line.
+# model or none that restores): `main` says it in one line, unless it was
+# raised by work under way (`policies.working`: the warm start, Stage 1, RL).
 START_ERRORS = (ValueError, OSError, checkpoints.CorruptCheckpointError)
-
-
-@contextlib.contextmanager
-def _training():
-  """Marks what the run raises once it has started (`during_training`), so
-  that `main` leaves it its traceback: a bug or a fault, not bad input."""
-  try:
-    yield
-  except Exception as e:  # pylint: disable=broad-except
-    e.during_training = True
-    raise
 
 
 def _check_knobs(**knobs: int) -> None:
@@ -168,110 +157,113 @@ def train(workdir: str, *,
                                   keep_every=keep_every,
                                   save_interval=checkpoint_every,
                                   checksums=checkpoint_checksums)
-  tx = ts.make_optimizer(learning_rate, weight_decay=weight_decay,
-                         grad_clip=grad_clip, warmup_steps=warmup_steps)
-  mesh = partitioning.make_mesh(mesh_shape) if mesh_shape else None
-  rl_trainer = trainer_lib.RLTrainer(
-      config, tokenizer, rl, env_name=env_name, tx=tx, mesh=mesh,
-      rollout_chunks=rollout_chunks, env_kwargs=env_kwargs, teacher=teacher)
-  rl_trainer.check_stage1((getattr(policy, "report", None) or {}).get(
-      "stage1"))
-  history = metrics_lib.MetricHistory()
-  base_rng = jax.random.key(seed)
-  abstract_state = rl_trainer.abstract_state()
-  abstract_params = rl_trainer.abstract_params()
-  restored = ckpt.restore_latest(abstract_state, abstract_params)
-  if restored is None:
-    # Both are copies on the mesh: the state's buffers are donated each step.
-    reference = rl_trainer.place_params(policy.params)
-    state = rl_trainer.create_state(policy.params)
-    start = 0
-  else:
-    state, reference = restored.state, restored.reference
-    history = metrics_lib.MetricHistory.from_json(restored.host.get("history"))
-    start = restored.step
-    logging.info("resumed from update %d in %s", start, workdir)
-    print(f"resumed from update {start}", flush=True)
-  one_checkpoint = (checkpoints.tree_bytes(abstract_state)
-                    + checkpoints.tree_bytes(abstract_params))
-  kept = num_updates // keep_every if keep_every else 0
-  to_write = max(1, max_to_keep + 1 + kept - len(ckpt.all_steps()))
-  checkpoints.check_free_space(workdir, one_checkpoint * to_write)
-  # The start is sound: only now are these the run's settings (`evaluate`
-  # reads them) and its TensorBoard events rewritten.
-  if is_writer:
-    write_config(workdir / "config.gin", gin.config_str())
-    moved = metrics_lib.set_aside_events(workdir)
-    if moved is not None:
-      logging.info("earlier TensorBoard events moved to %s; the %d restored "
-                   "updates are written again", moved, len(history))
-    metrics_lib.write_events(workdir, history)
-  writer = metrics_lib.make_writer(workdir)
-  with _training():
-    eval_policy = rl_trainer.policy
-    nonfinite_run = 0
-
-    def run_eval(update):
-      return evaluate_lib.score(
-          eval_policy, rl_trainer.local_params(state.params), env_name=env_name,
-          num_tasks=eval_tasks, max_steps=rl.max_steps,
-          history_length=rl.history_length, temperature=eval_temperature,
-          rng=jax.random.fold_in(base_rng,
-                                 evaluate_lib.EVAL_RNG_OFFSET + update),
-          env_kwargs=env_kwargs)
-
-    if start == 0 and eval_every:
-      first = run_eval(0)
-      history.append(0, first)
-      writer.write_scalars(0, first)
-      print(f"update 0 | eval seen {first['eval/seen/success']:.3f} | "
-            f"unseen {first['eval/unseen/success']:.3f}", flush=True)
-
-    for update in range(start, num_updates):
-      rng = jax.random.fold_in(base_rng, update)
-      t = time.time()
-      state, scalars = rl_trainer.update(state, reference, rng,
-                                         update_index=update)
-      scalars["time/update"] = time.time() - t
-      done = update + 1
-      if scalars.get("skipped", 0) > 0:
-        nonfinite_run += 1
-        logging.warning("update %d: %d non-finite step(s) skipped", done,
-                        int(scalars["skipped"]))
-        if nonfinite_run >= max_consecutive_nonfinite:
-          ckpt.close()
-          raise NonFiniteError(
-              f"{nonfinite_run} consecutive updates had non-finite losses "
-              f"or gradients; stopped at update {done} without saving it. "
-              f"The last good checkpoint in {workdir} is intact.")
-      else:
-        nonfinite_run = 0
-      if eval_every and (done % eval_every == 0 or done == num_updates):
-        scalars.update(run_eval(done))
-      history.append(done, scalars)
-      writer.write_scalars(done, scalars)
-      print(metrics_lib.format_progress(done, scalars), flush=True)
-      # After skipped (non-finite) steps no checkpoint is taken, so that a
-      # resume retries from the last clean update; except the final one, whose
-      # state (skipped steps leave it as it was) is the one just reported.
-      if nonfinite_run == 0 or done == num_updates:
-        ckpt.save(done, state, reference=reference, rng=rng,
-                  host={"history": history.to_json()},
-                  force=done == num_updates)
-        faults.maybe_crash("checkpoint", update)
-      if is_writer and done < num_updates:
-        # Progress survives a crash; the final update is written after the
-        # last checkpoint is complete (`experiments` reads it as "done").
-        history.write_jsonl(workdir / "metrics.jsonl")
-    ckpt.close()
-    writer.flush()
-    final = history.to_json()[-1] if len(history) else {}
+  # Closed however the start or the run ends: pending saves finish and the
+  # manager is released, a refused start's too.
+  with ckpt:
+    tx = ts.make_optimizer(learning_rate, weight_decay=weight_decay,
+                           grad_clip=grad_clip, warmup_steps=warmup_steps)
+    mesh = partitioning.make_mesh(mesh_shape) if mesh_shape else None
+    rl_trainer = trainer_lib.RLTrainer(
+        config, tokenizer, rl, env_name=env_name, tx=tx, mesh=mesh,
+        rollout_chunks=rollout_chunks, env_kwargs=env_kwargs, teacher=teacher)
+    rl_trainer.check_stage1((getattr(policy, "report", None) or {}).get(
+        "stage1"))
+    history = metrics_lib.MetricHistory()
+    base_rng = jax.random.key(seed)
+    abstract_state = rl_trainer.abstract_state()
+    abstract_params = rl_trainer.abstract_params()
+    restored = ckpt.restore_latest(abstract_state, abstract_params)
+    if restored is None:
+      # Both are copies on the mesh: the state's buffers are donated each step.
+      reference = rl_trainer.place_params(policy.params)
+      state = rl_trainer.create_state(policy.params)
+      start = 0
+    else:
+      state, reference = restored.state, restored.reference
+      history = metrics_lib.MetricHistory.from_json(
+          restored.host.get("history"))
+      start = restored.step
+      logging.info("resumed from update %d in %s", start, workdir)
+      print(f"resumed from update {start}", flush=True)
+    one_checkpoint = (checkpoints.tree_bytes(abstract_state)
+                      + checkpoints.tree_bytes(abstract_params))
+    kept = num_updates // keep_every if keep_every else 0
+    to_write = max(1, max_to_keep + 1 + kept - len(ckpt.all_steps()))
+    checkpoints.check_free_space(workdir, one_checkpoint * to_write)
+    # The start is sound: only now are these the run's settings (`evaluate`
+    # reads them) and its TensorBoard events rewritten.
     if is_writer:
-      history.write_jsonl(workdir / "metrics.jsonl")
-      metrics_lib.plot_learning_curve(history, workdir / "learning_curve.png")
-      first = history.to_json()[0] if len(history) else {}
-      print("\n" + metrics_lib.success_table(first, final), flush=True)
-    return {k: v for k, v in final.items() if k.startswith("eval/")}
+      write_config(workdir / "config.gin", gin.config_str())
+      moved = metrics_lib.set_aside_events(workdir)
+      if moved is not None:
+        logging.info("earlier TensorBoard events moved to %s; the %d restored "
+                     "updates are written again", moved, len(history))
+      metrics_lib.write_events(workdir, history)
+    writer = metrics_lib.make_writer(workdir)
+    with policies.working():
+      eval_policy = rl_trainer.policy
+      nonfinite_run = 0
+
+      def run_eval(update):
+        return evaluate_lib.score(
+            eval_policy, rl_trainer.local_params(state.params),
+            env_name=env_name, num_tasks=eval_tasks, max_steps=rl.max_steps,
+            history_length=rl.history_length, temperature=eval_temperature,
+            rng=jax.random.fold_in(base_rng,
+                                   evaluate_lib.EVAL_RNG_OFFSET + update),
+            env_kwargs=env_kwargs)
+
+      if start == 0 and eval_every:
+        first = run_eval(0)
+        history.append(0, first)
+        writer.write_scalars(0, first)
+        print(f"update 0 | eval seen {first['eval/seen/success']:.3f} | "
+              f"unseen {first['eval/unseen/success']:.3f}", flush=True)
+
+      for update in range(start, num_updates):
+        rng = jax.random.fold_in(base_rng, update)
+        t = time.time()
+        state, scalars = rl_trainer.update(state, reference, rng,
+                                           update_index=update)
+        scalars["time/update"] = time.time() - t
+        done = update + 1
+        if scalars.get("skipped", 0) > 0:
+          nonfinite_run += 1
+          logging.warning("update %d: %d non-finite step(s) skipped", done,
+                          int(scalars["skipped"]))
+          if nonfinite_run >= max_consecutive_nonfinite:
+            raise NonFiniteError(
+                f"{nonfinite_run} consecutive updates had non-finite losses "
+                f"or gradients; stopped at update {done} without saving it. "
+                f"The last good checkpoint in {workdir} is intact.")
+        else:
+          nonfinite_run = 0
+        if eval_every and (done % eval_every == 0 or done == num_updates):
+          scalars.update(run_eval(done))
+        history.append(done, scalars)
+        writer.write_scalars(done, scalars)
+        print(metrics_lib.format_progress(done, scalars), flush=True)
+        # After skipped (non-finite) steps no checkpoint is taken, so that a
+        # resume retries from the last clean update; except the final one, whose
+        # state (skipped steps leave it as it was) is the one just reported.
+        if nonfinite_run == 0 or done == num_updates:
+          ckpt.save(done, state, reference=reference, rng=rng,
+                    host={"history": history.to_json()},
+                    force=done == num_updates)
+          faults.maybe_crash("checkpoint", update)
+        if is_writer and done < num_updates:
+          # Progress survives a crash; the final update is written after the
+          # last checkpoint is complete (`experiments` reads it as "done").
+          history.write_jsonl(workdir / "metrics.jsonl")
+      ckpt.close()
+      writer.flush()
+      final = history.to_json()[-1] if len(history) else {}
+      if is_writer:
+        history.write_jsonl(workdir / "metrics.jsonl")
+        metrics_lib.plot_learning_curve(history, workdir / "learning_curve.png")
+        first = history.to_json()[0] if len(history) else {}
+        print("\n" + metrics_lib.success_table(first, final), flush=True)
+      return {k: v for k, v in final.items() if k.startswith("eval/")}
 
 
 def write_config(path: epath.Path, text: str) -> None:
@@ -482,7 +474,7 @@ def main(argv=None) -> None:
             "any")
     raise SystemExit(f"error: {_own_message(e)}{hint}") from None
   except START_ERRORS as e:
-    if getattr(e, "during_training", False):
+    if getattr(e, "during_work", False):
       raise  # a bug or a fault mid-run: its traceback is what helps
     raise SystemExit(f"error: {_own_message(e)}") from None
 

@@ -156,6 +156,22 @@ def test_half_written_step_is_never_restored(saved, tmp_path):
     assert ckpt.restore_latest(_abstract(_mesh())[0]).step == 3
 
 
+def test_close_is_once_and_an_error_leaving_the_block_is_kept(
+    tmp_path, monkeypatch):
+  ckpt = checkpoints.Checkpointer(tmp_path)
+  ckpt.close()
+  ckpt.close()  # a second close does nothing
+  # A close that fails while an error leaves the block is logged; the error
+  # that left the block is the one raised.
+  with pytest.raises(KeyError, match="the first error"):
+    with checkpoints.Checkpointer(tmp_path) as ckpt:
+      monkeypatch.setattr(ckpt, "wait", lambda: 1 / 0)
+      raise KeyError("the first error")
+  with pytest.raises(ZeroDivisionError):  # without an error, close raises
+    with checkpoints.Checkpointer(tmp_path) as ckpt:
+      monkeypatch.setattr(ckpt, "wait", lambda: 1 / 0)
+
+
 def test_host_data_must_be_json(tmp_path):
   with checkpoints.Checkpointer(tmp_path) as ckpt:
     with pytest.raises(TypeError, match="JSON"):

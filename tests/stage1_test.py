@@ -428,15 +428,15 @@ def test_stage1_goes_on_from_the_batches_annotated_before_an_outage(
 
 
 
-def test_a_teacher_outage_in_stage1_of_train_is_one_line(tmp_path):
+def _stage1_run(tmp_path, annotator: str, extra: str = "") -> str:
+  """A gin file: the tiny run from a saved tiny policy, with Stage 1."""
   from seed_jax import hf  # pylint: disable=g-import-not-at-top
   from seed_jax import train  # pylint: disable=g-import-not-at-top
   start = testing.tiny_policy()
   model_dir = tmp_path / "model"
   hf.save_pretrained(str(model_dir), start.config, start.params,
                      tokenizer=start.tokenizer)
-  url = f"http://127.0.0.1:{_closed_port()}/v1"
-  config = tmp_path / "outage.gin"
+  config = tmp_path / "stage1.gin"
   config.write_text(f"""
 include '{train.ROOT}/configs/experiments/tiny.gin'
 from __gin__ import dynamic_registration
@@ -449,14 +449,22 @@ policies.prepare:
   model_dir = '{model_dir}'
   max_new_tokens = 8
   stage1 = @policies.Stage1Config()
-  teacher = @teacher.OpenAITeacher()
 policies.Stage1Config:
-  annotator = 'teacher'
+  annotator = '{annotator}'
   num_tasks = 1
   group_size = 2
   max_steps = 2
   history_length = 1
   buckets = (256, 512, 1024, 1536)
+{extra}""")
+  return str(config)
+
+
+def test_a_teacher_outage_in_stage1_of_train_is_one_line(tmp_path):
+  from seed_jax import train  # pylint: disable=g-import-not-at-top
+  url = f"http://127.0.0.1:{_closed_port()}/v1"
+  config = _stage1_run(tmp_path, "teacher", f"""
+policies.prepare.teacher = @teacher.OpenAITeacher()
 teacher.OpenAITeacher:
   base_url = '{url}'
   model = 'm'
@@ -476,6 +484,30 @@ teacher.OpenAITeacher:
       "from there"), message
   assert "\n" not in message
   assert (workdir / "stage1_records" / "meta.json").exists()
+
+
+def test_an_error_inside_stage1s_sft_keeps_its_traceback(tmp_path,
+                                                         monkeypatch):
+  """Bad input before any work is one line; a ValueError raised by the work
+  itself (here SFT) is a bug or a fault, shown with its traceback."""
+  from seed_jax import sft  # pylint: disable=g-import-not-at-top
+  from seed_jax import train  # pylint: disable=g-import-not-at-top
+
+  def broken(*args, **kwargs):
+    raise ValueError("a bug in SFT")
+
+  monkeypatch.setattr(sft, "sft", broken)
+  config = _stage1_run(tmp_path, "rule")
+  gin.clear_config()
+  try:
+    with pytest.raises(ValueError, match="a bug in SFT") as info:
+      train.main(["--gin_file", config,
+                  f"--gin.WORKDIR='{tmp_path / 'run'}'"])
+  finally:
+    gin.clear_config()
+  assert info.value.during_work
+  # The records collected before SFT stay.
+  assert (tmp_path / "run" / "stage1_data").exists()
 
 
 def test_two_processes_ask_the_teacher_once(tmp_path):

@@ -178,15 +178,31 @@ def test_config_changes_on_resume_are_named(tmp_path, caplog):
       "config.gin"]
 
 
+def _count_closes(monkeypatch) -> list:
+  """Records each Checkpointer the run closes (its workdir)."""
+  from seed_jax import checkpoints  # pylint: disable=g-import-not-at-top
+  closed, real = [], checkpoints.Checkpointer.close
+
+  def close(self):
+    if not self._closed:  # pylint: disable=protected-access
+      closed.append(str(self.workdir))
+    real(self)
+
+  monkeypatch.setattr(checkpoints.Checkpointer, "close", close)
+  return closed
+
+
 def test_a_resume_with_another_model_is_refused_and_keeps_config_gin(
-    tmp_path):
+    tmp_path, monkeypatch):
   workdir = tmp_path / "other"
   fast = ("--gin.VARIANT='grpo'", "--gin.NUM_UPDATES=1",
           "--gin.train.train.eval_every=0")
   _run(str(workdir), *fast)
   before = (workdir / "config.gin").read_bytes()
+  closed = _count_closes(monkeypatch)
   with pytest.raises(SystemExit) as e:
     _run(str(workdir), *fast, "--gin.testing.tiny_policy.hidden_size=32")
+  assert closed == [str(workdir)]  # the refused start released its checkpoints
   message = str(e.value)
   assert re.fullmatch(rf"error: workdir {workdir} holds a checkpoint of a "
                       r"different model: .*hidden_size \d+ != 32.*", message)
@@ -261,10 +277,12 @@ def test_an_error_once_training_started_keeps_its_traceback(tmp_path,
     raise ValueError("a bug in the update")
 
   monkeypatch.setattr(trainer.RLTrainer, "update", broken)
+  closed = _count_closes(monkeypatch)
   gin.clear_config()
   with pytest.raises(ValueError, match="a bug in the update"):
     train.main(["--gin_file", os.path.join(ROOT, TINY),
                 f"--gin.WORKDIR='{tmp_path / 'run'}'",
                 "--gin.train.train.eval_every=0"])
   gin.clear_config()
+  assert closed == [str(tmp_path / "run")]
   assert (tmp_path / "run" / "config.gin").exists()  # the start was sound
