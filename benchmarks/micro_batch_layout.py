@@ -25,6 +25,8 @@ import statistics
 import sys
 import time
 
+from seed_jax import atomic  # jax-free: the XLA flags are set later
+
 
 def _contiguous(batch, n):
   """The former layout: micro-batch j holds rows j * B / n, ..."""
@@ -136,9 +138,7 @@ def main() -> None:
   result["strided_over_contiguous_time"] = (
       result["layouts"]["strided"]["median_step_s"] /
       result["layouts"]["contiguous"]["median_step_s"])
-  os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-  with open(args.out, "w") as f:
-    json.dump(result, f, indent=1)
+  atomic.write_text(args.out, json.dumps(result, indent=1))
   print(json.dumps(result, indent=1))
 
 

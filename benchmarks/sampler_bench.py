@@ -29,6 +29,8 @@ import platform
 import statistics
 import time
 
+from seed_jax import atomic  # jax-free: the XLA flags are set later
+
 
 def parse_args() -> argparse.Namespace:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -228,9 +230,7 @@ def main() -> None:
                    "transformers": transformers.__version__},
       "rows": rows,
   }
-  os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-  with open(args.out, "w") as f:
-    json.dump(result, f, indent=2)
+  atomic.write_text(args.out, json.dumps(result, indent=2))
   print(f"wrote {args.out}")
 
 

@@ -23,6 +23,8 @@ import os
 import statistics
 import time
 
+from seed_jax import atomic  # jax-free: the XLA flags are set later
+
 
 def parse_args() -> argparse.Namespace:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -163,9 +165,7 @@ def main() -> None:
                        "responses": list(resp.shape)},
             "load_avg_before": load_before, "load_avg_after": load_after,
             "jax": jax.__version__, "rows": rows}
-  os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-  with open(args.out, "w") as f:
-    json.dump(result, f, indent=2)
+  atomic.write_text(args.out, json.dumps(result, indent=2))
   print(f"wrote {args.out}")
 
 

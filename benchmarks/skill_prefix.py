@@ -20,6 +20,8 @@ import argparse
 import json
 import os
 
+from seed_jax import atomic  # jax-free: the XLA flags are set later
+
 SKILL = ("Search the countertops and the dining table first; take the mug as "
          "soon as you see it, clean it in the sinkbasin, then put it in the "
          "coffeemachine.")
@@ -76,12 +78,10 @@ def main() -> None:
                      shared_prefix_tokens=pre, best_dual_over_singles=bound))
     print(f"history {k}: ordinary {la:.0f} tokens, augmented {lb:.0f}, "
           f"shared prefix {pre:.0f}: dual / two singles >= {bound:.3f}")
-  os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-  with open(args.out, "w") as f:
-    # The output's name only: results name no machine's folders.
-    meta = dict(vars(args), out=os.path.basename(args.out))
-    json.dump(dict(benchmark="skill_prefix", args=meta, rows=rows), f,
-              indent=1)
+  # The output's name only: results name no machine's folders.
+  meta = dict(vars(args), out=os.path.basename(args.out))
+  atomic.write_text(args.out, json.dumps(
+      dict(benchmark="skill_prefix", args=meta, rows=rows), indent=1))
   print(f"wrote {args.out}")
 
 
