@@ -9,12 +9,23 @@
 # SEED_PROCESS_ID (Slurm: SLURM_PROCID is used when SEED_PROCESS_ID is
 # unset), or SEED_DISTRIBUTED=1 to let JAX find them (TPU VMs).
 # PYTHON: the interpreter (default python3). DRY_RUN=1 prints the command.
+# A relative WORKDIR is under the current folder, as is a relative GIN_FILE
+# found there (else it is looked for in the checkout, configs/...).
 set -euo pipefail
+caller="${PWD}"
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source launch/lib.sh
 
 : "${GIN_FILE:?set GIN_FILE, e.g. configs/experiments/tiny.gin}"
 : "${WORKDIR:?set WORKDIR, a directory every host can write}"
+# The script runs in the checkout: paths the caller gave relative to its own
+# folder are made absolute first.
+if [[ "${WORKDIR}" != /* && "${WORKDIR}" != *://* ]]; then
+  WORKDIR="${caller}/${WORKDIR}"
+fi
+if [[ "${GIN_FILE}" != /* && -f "${caller}/${GIN_FILE}" ]]; then
+  GIN_FILE="${caller}/${GIN_FILE}"
+fi
 if [[ "${WORKDIR}" == *[\'\\]* ]]; then  # it becomes a quoted gin string
   echo "WORKDIR may not contain a quote or a backslash: ${WORKDIR}" >&2
   exit 2

@@ -26,13 +26,13 @@ def _fake_bin(tmp_path):
   return str(tmp_path)
 
 
-def _run(fake_bin, script, *args, **env):
+def _run(fake_bin, script, *args, cwd=None, **env):
   full = {"PATH": fake_bin + os.pathsep + os.environ["PATH"],
           "HOME": os.environ.get("HOME", "/"), "DRY_RUN": "1"}
   full.update(env)
   return subprocess.run([os.path.join(ROOT, "launch", script), *args],
                         env=full, capture_output=True, text=True, check=False,
-                        timeout=30)
+                        timeout=30, cwd=cwd or fake_bin)
 
 
 def _lines(res):
@@ -198,6 +198,26 @@ def test_run_host(fake_bin):
              WORKDIR="/mnt/bob's runs")
   assert res.returncode == 2 and "may not contain a quote" in res.stderr
   assert res.stdout == ""
+
+
+def test_run_host_paths_are_the_callers(fake_bin, tmp_path):
+  """The script runs in the checkout; the caller's relative paths still
+  mean the caller's folder."""
+  here = tmp_path / "here"
+  (here / "mine").mkdir(parents=True)
+  (here / "mine" / "a.gin").write_text("")
+  lines = _lines(_run(fake_bin, "run_host.sh", cwd=here,
+                      GIN_FILE="mine/a.gin", WORKDIR="runs/a"))
+  words = shlex.split(lines[0])
+  assert words[3:5] == [f"--gin_file={here}/mine/a.gin",
+                        f"--gin.WORKDIR='{here}/runs/a'"]
+  # A config that is not in the caller's folder is the checkout's.
+  lines = _lines(_run(fake_bin, "run_host.sh", cwd=here,
+                      GIN_FILE="configs/experiments/tiny.gin",
+                      WORKDIR="gs://bucket/run"))
+  assert shlex.split(lines[0])[3:5] == [
+      "--gin_file=configs/experiments/tiny.gin",
+      "--gin.WORKDIR='gs://bucket/run'"]
 
 
 def test_slurm_gpu_coordinates_on_the_first_node(fake_bin):
