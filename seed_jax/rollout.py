@@ -1,7 +1,7 @@
 """Grouped multi-turn rollout: B task groups x N episodes played with the sampler.
 
 `Policy` turns prompt strings into sampled responses (token ids, text and
-log-probs at the sampling temperature) with one compiled sampler per (row bucket, prompt
+log-probs) with one compiled sampler per (row bucket, prompt
 bucket). `rollout` plays an `EnvPool` until every episode is done, sampling
 only for the episodes still running, and returns one `Sample` per
 (trajectory, step) plus the finished `Episode` records.
@@ -34,7 +34,7 @@ class Generation:
   text: str  # decoded response, cut after the first stop string
   prompt_ids: list[int]  # the encoded prompt (after any truncation)
   response_ids: list[int]  # the sampled tokens (stop/EOS token included)
-  logprobs: list[float]  # log p(token) at the sampling temperature, per token
+  logprobs: list[float]  # per token, at the policy's logprob_temperature
 
 
 GenerateFn = Callable[[Sequence[str], jax.Array], list[Generation]]
@@ -53,8 +53,11 @@ class Policy:
                max_new_tokens: int, buckets=sampler_lib.DEFAULT_BUCKETS,
                stop_strings: Sequence[str] = STOP_STRINGS,
                truncate_prompts: bool = False, min_rows: int = 1,
-               use_chat_template: bool = True):
+               use_chat_template: bool = True,
+               logprob_temperature: float = 1.0):
     self.config = config
+    # The temperature of the log-probs the sampler returns (`sampler.sample`).
+    self.logprob_temperature = logprob_temperature
     self.tokenizer = tokenizer
     self.max_new_tokens = max_new_tokens
     self._all_buckets = tuple(buckets)
@@ -136,8 +139,9 @@ class Policy:
     out = sampler_lib.sample(
         params, batch.tokens, batch.mask, rng, config=self.config,
         max_new_tokens=new, sampling=sampling, eos_ids=self.eos_ids,
-        stop_table=self.stop_table,
-        pad_id=self.pad_id, live=np.arange(len(rows)) < n)
+        stop_table=self.stop_table, pad_id=self.pad_id,
+        live=np.arange(len(rows)) < n,
+        logprob_temperature=self.logprob_temperature)
     tokens, lengths, logprobs = jax.device_get(
         (out.tokens, out.lengths, out.logprobs))
     results = []

@@ -113,8 +113,8 @@ class SampleOutput:
   tokens: jax.Array  # [B, N] int32, pad_id after a row is done
   lengths: jax.Array  # [B] int32, tokens generated (stop token included)
   done: jax.Array  # [B] bool, stopped on EOS or a stop sequence
-  # [B, N] float32, log p(token) under softmax(logits / the sampling
-  # temperature) (1 for Greedy), before any top-k or top-p cut.
+  # [B, N] float32, log p(token) under softmax(logits / logprob_temperature):
+  # temperature 1 unless asked (RL asks for its sampling temperature).
   logprobs: jax.Array
 
 
@@ -157,7 +157,8 @@ def _match_step(table: jax.Array, matched: jax.Array, token: jax.Array
 @functools.partial(
     jax.jit,
     static_argnames=("config", "max_new_tokens", "sampling", "eos_ids",
-                     "stop_seqs", "pad_id", "cache_dtype"))
+                     "stop_seqs", "pad_id", "cache_dtype",
+                     "logprob_temperature"))
 def sample(params: model_lib.Params, prompts: jax.Array, mask: jax.Array,
            rng: jax.Array, *, config: model_lib.ModelConfig,
            max_new_tokens: int, sampling: Sampling = Greedy(),
@@ -165,7 +166,8 @@ def sample(params: model_lib.Params, prompts: jax.Array, mask: jax.Array,
            stop_seqs: tuple[tuple[int, ...], ...] = (),
            stop_table: jax.Array | None = None,
            pad_id: int = 0, live: jax.Array | None = None,
-           cache_dtype: str | None = None) -> SampleOutput:
+           cache_dtype: str | None = None,
+           logprob_temperature: float = 1.0) -> SampleOutput:
   """Samples up to `max_new_tokens` tokens after left-padded prompts.
 
   Args:
@@ -187,6 +189,11 @@ def sample(params: model_lib.Params, prompts: jax.Array, mask: jax.Array,
       the loop running. None: every row is live.
     cache_dtype: of the KV cache (None: float32 on CPU, else the model's
       compute dtype).
+    logprob_temperature: the returned log-probs are under
+      softmax(logits / logprob_temperature), before any top-k or top-p cut.
+      1.0, the model's own distribution, is what PPO's old log-prob needs at
+      the paper's sampling temperature; RL at another temperature T scores
+      at T (`trainer.RLConfig.temperature`) and asks for T here.
 
   Returns:
     SampleOutput with tokens/logprobs [B, N], lengths and done [B].
@@ -204,16 +211,18 @@ def sample(params: model_lib.Params, prompts: jax.Array, mask: jax.Array,
         f"prompt bucket {P} + max_new_tokens {N} = {S} exceeds the model's "
         f"context of {c.max_position_embeddings} positions (the KV cache)")
   mask = mask.astype(bool)
-  temperature = getattr(sampling, "temperature", 1.0)
+  if not logprob_temperature > 0:
+    raise ValueError(f"logprob_temperature must be > 0, got "
+                     f"{logprob_temperature}")
   W = max([len(s) for s in stop_seqs] + [1])
   eos = jnp.asarray(eos_ids or (-1,), jnp.int32)
 
   def pick(logits, rng, state_done):
-    # The log-prob the scorer gives at the sampling temperature (1 for
-    # greedy), before any top-k or top-p cut: what RL's scorer recomputes.
+    # The log-prob under softmax(logits / logprob_temperature), whatever the
+    # sampling method: what the scorer gives at that temperature.
     token = sampling(logits, rng).astype(jnp.int32)
-    if temperature != 1.0:
-      logits = logits / temperature
+    if logprob_temperature != 1.0:
+      logits = logits / logprob_temperature
     logp = jnp.take_along_axis(jax.nn.log_softmax(logits, axis=-1),
                                token[:, None], axis=-1)[:, 0]
     token = jnp.where(state_done, pad_id, token)

@@ -299,7 +299,8 @@ class RLTrainer:
                        f"micro_batches={rl.micro_batches}: {e}") from None
     self.policy = rollout_lib.Policy(
         model_config, tokenizer, max_new_tokens=rl.max_new_tokens,
-        buckets=rl.prompt_buckets, min_rows=8)
+        buckets=rl.prompt_buckets, min_rows=8,
+        logprob_temperature=rl.temperature)
     # Analyses are JSON that only EOS ends: a rollout stop string inside a
     # skill ("... inside <action> </action>") would cut it unparseable.
     self.analyst = rollout_lib.Policy(

@@ -136,20 +136,29 @@ def test_sampler_logprobs_equal_scorer():
   cfg = testing.tiny_config(family="qwen3")
   params = model_lib.init_params(cfg, jax.random.key(4))
   b = sampler.pad_left([[5, 6, 7, 9], [8, 9], [11]], buckets=(8,))
-  out = sampler.sample(params, b.tokens, b.mask, jax.random.key(5),
-                       config=cfg, max_new_tokens=12,
-                       sampling=sampler.Temperature(0.7), eos_ids=(1,))
+  kw = dict(config=cfg, max_new_tokens=12, sampling=sampler.Temperature(0.7),
+            eos_ids=(1,))
+  out = sampler.sample(params, b.tokens, b.mask, jax.random.key(5), **kw)
   rmask = (np.arange(12)[None] < np.asarray(out.lengths)[:, None]).astype(
       np.int32)
-  # The sampler reports log-probs at its temperature, as the scorer gives
-  # them at the same temperature (what RL's scorer recomputes).
+  # Temperature-1 log-probs by default, whatever the sampling temperature.
   lp = scorer.score(params, b.tokens, b.mask, out.tokens, rmask, config=cfg,
-                    chunk=5, temperature=0.7)
+                    chunk=5)
   diff = np.abs(np.asarray(lp) - np.asarray(out.logprobs)).max()
   assert diff <= 1e-4, diff
-  lp1 = scorer.score(params, b.tokens, b.mask, out.tokens, rmask, config=cfg,
-                     chunk=5)
-  assert np.abs(np.asarray(lp1) - np.asarray(out.logprobs)).max() > 1e-2
+  # Asked for, at another temperature: the scorer's at that temperature (RL
+  # at temperature 0.7 scores at 0.7); the same tokens, from the same key.
+  at = sampler.sample(params, b.tokens, b.mask, jax.random.key(5), **kw,
+                      logprob_temperature=0.7)
+  np.testing.assert_array_equal(at.tokens, out.tokens)
+  lp7 = scorer.score(params, b.tokens, b.mask, out.tokens, rmask, config=cfg,
+                     chunk=5, temperature=0.7)
+  diff = np.abs(np.asarray(lp7) - np.asarray(at.logprobs)).max()
+  assert diff <= 1e-4, diff
+  assert np.abs(np.asarray(lp7) - np.asarray(lp)).max() > 1e-2
+  with pytest.raises(ValueError, match="logprob_temperature must be > 0"):
+    sampler.sample(params, b.tokens, b.mask, jax.random.key(5), **kw,
+                   logprob_temperature=0.0)
 
 
 @pytest.mark.parametrize("family,kw", [
