@@ -188,7 +188,8 @@ def sft(params, config, tokenizer, train_records: Sequence[stage1.Record],
   The prompt is one user turn through the chat template (`Policy.encode`, as
   RL's self-analysis sees it); the target is the tokenized response plus EOS;
   the loss is the token mean over response tokens only. AdamW with a cosine
-  schedule and linear warm-up over `warmup_fraction` of the steps. Batches
+  schedule and linear warm-up over `warmup_fraction` of the steps (rounded,
+  and capped at all steps but the last, so a 1-step run has none). Batches
   stay inside one prompt bucket and short ones are padded with masked rows,
   so the step compiles once per bucket. Records whose prompt exceeds the
   largest usable bucket or whose response exceeds `response_len_max` are
@@ -201,7 +202,8 @@ def sft(params, config, tokenizer, train_records: Sequence[stage1.Record],
     learning_rate: peak learning rate.
     rng: PRNG key; the data order derives from it.
     epochs, batch_size: passes over the data, rows per update.
-    warmup_fraction, weight_decay, grad_clip: of the optimizer.
+    warmup_fraction, weight_decay, grad_clip: of the optimizer;
+      warmup_fraction in [0, 1).
     buckets: prompt-length buckets (those that fit the context with
       `response_len_max` are used).
     response_len_max: response length in tokens, EOS included.
@@ -227,8 +229,8 @@ def sft(params, config, tokenizer, train_records: Sequence[stage1.Record],
   _check("batch_size", batch_size, batch_size >= 1, "at least 1")
   _check("learning_rate", learning_rate, 0 < learning_rate < float("inf"),
          "positive and finite")
-  _check("warmup_fraction", warmup_fraction, 0 <= warmup_fraction <= 1,
-         "in [0, 1]")
+  _check("warmup_fraction", warmup_fraction, 0 <= warmup_fraction < 1,
+         "in [0, 1) (the cosine decay needs a step)")
   _check("weight_decay", weight_decay, weight_decay >= 0, ">= 0")
   _check("grad_clip", grad_clip, not grad_clip or grad_clip > 0,
          "> 0 (0 or None: no clipping)")
@@ -248,10 +250,11 @@ def sft(params, config, tokenizer, train_records: Sequence[stage1.Record],
   host_rng = _host_rng(rng)
   per_epoch = len(_batches(train, batch_size, policy.buckets))
   total = epochs * per_epoch
+  # Rounding may reach `total`, which leaves the cosine no step to decay in.
+  warmup = min(round(warmup_fraction * total), total - 1)
   tx = train_step_lib.make_optimizer(
       learning_rate, weight_decay=weight_decay, grad_clip=grad_clip,
-      warmup_steps=round(warmup_fraction * total), total_steps=total,
-      schedule="cosine")
+      warmup_steps=warmup, total_steps=total, schedule="cosine")
   step_fn = train_step_lib.jit_train_step(
       tx, functools.partial(train_step_lib.sft_loss, config=config))
   # A copy: the step donates its state, and the caller still owns `params`.

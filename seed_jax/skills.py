@@ -309,23 +309,31 @@ def _decode(candidate: str) -> Any:
     return None
 
 
+def _is_number(value: Any) -> bool:
+  return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _as_text(value: Any) -> str | None:
-  """A field value as text: strings stripped, lists of scalars joined."""
+  """A field value as text: strings stripped, numbers and lists of strings
+  and numbers joined; None for anything else (booleans included)."""
   if isinstance(value, str):
     return value.strip()
-  if isinstance(value, (int, float)) and not isinstance(value, bool):
+  if _is_number(value):
     return str(value)
   if isinstance(value, (list, tuple)) and all(
-      isinstance(v, (str, int, float)) for v in value):
+      isinstance(v, str) or _is_number(v) for v in value):
     return " ".join(str(v).strip() for v in value if str(v).strip())
   return None
 
 
 def _skill_text(value: Any) -> str | None:
-  """A skill's text; None when empty, a bare number, or the prompt's own
-  placeholder echoed back ("<skill>"), which would distill nothing but the
-  prompt's shape."""
-  if isinstance(value, (int, float)):
+  """A skill's text: a string, or a list of strings joined; None when empty,
+  anything else (a number, a boolean, a list with such an item), or the
+  prompt's own placeholder echoed back ("<skill>"), which would distill
+  nothing but the prompt's shape."""
+  items = [value] if isinstance(value, str) else value
+  if not isinstance(items, (list, tuple)) or not all(
+      isinstance(v, str) for v in items):
     return None
   text = _as_text(value)
   return None if not text or text.lower() == _PLACEHOLDER else text

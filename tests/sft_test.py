@@ -88,6 +88,7 @@ def _tiny_tokenizer_and_config():
 @pytest.mark.parametrize("knob, value", [
     ("epochs", 0), ("batch_size", 0), ("learning_rate", -1e-3),
     ("learning_rate", float("nan")), ("warmup_fraction", 1.5),
+    ("warmup_fraction", 1.0), ("warmup_fraction", -0.1),
     ("weight_decay", -0.1), ("grad_clip", -1.0), ("response_len_max", 0),
     ("log_every", -1)])
 def test_bad_knobs_are_clear_errors(knob, value):
@@ -121,3 +122,37 @@ def test_train_loss_is_the_mean_of_the_applied_updates(monkeypatch):
       buckets=(16,), response_len_max=8, log_every=0)
   assert (report["steps"], report["skipped_updates"]) == (6, 1)
   assert report["train_loss"] == 2.0  # the last epoch's applied updates
+
+
+@pytest.mark.parametrize("records, epochs, fraction, warmup", [
+    (1, 1, 0.9, 0),  # 1 step: no warm-up, the step at the peak
+    (2, 1, 0.75, 1),  # round(1.5) = 2 of 2 steps, capped
+    (2, 5, 0.95, 9),  # round(9.5) = 10 of 10 steps, capped
+    (2, 5, 0.3, 3)])
+def test_warmup_leaves_the_cosine_a_step(monkeypatch, records, epochs,
+                                         fraction, warmup):
+  tok, config = _tiny_tokenizer_and_config()
+  calls = []
+  make_optimizer = sft.train_step_lib.make_optimizer
+
+  def spy(*args, **kw):
+    calls.append(kw)
+    return make_optimizer(*args, **kw)  # optax checks the decay steps
+
+  def jit_train_step(tx, loss_fn):  # scripted: no model is compiled
+    del tx, loss_fn
+    return lambda state, batch: (state, dict(
+        loss=np.float32(1.0), skipped=np.float32(0.0),
+        grad_norm=np.float32(1.0)))
+
+  monkeypatch.setattr(sft.train_step_lib, "make_optimizer", spy)
+  monkeypatch.setattr(sft.train_step_lib, "jit_train_step", jit_train_step)
+  _, report = sft.sft(
+      {"w": np.zeros(2, np.float32)}, config, tok,
+      [dict(prompt="look", response="go")] * records, [],
+      learning_rate=1e-3, rng=jax.random.key(0), epochs=epochs, batch_size=1,
+      warmup_fraction=fraction, buckets=(16,), response_len_max=8,
+      log_every=0)
+  assert report["steps"] == records * epochs
+  assert [(c["warmup_steps"], c["total_steps"]) for c in calls] == [
+      (warmup, records * epochs)]

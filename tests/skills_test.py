@@ -338,6 +338,17 @@ PARSE_CASES = [
      "empty_skill"),
     ("dict_skill", '{"episode_skill": {"a": 1}}', "empty_skill"),
     ("number_skill", '{"episode_skill": 5}', "empty_skill"),
+    ("bool_skill", '{"episode_skill": true}', "empty_skill"),
+    # A list skill is text only when every item is a string.
+    ("bool_list_skill", '{"episode_skill": [true, false]}', "empty_skill"),
+    ("number_list_skill", '{"episode_skill": [1, 2.5]}', "empty_skill"),
+    ("mixed_list_skill", '{"episode_skill": ["a.", 2]}', "empty_skill"),
+    ("python_bool_list_skill", "{'episode_skill': [True, None]}",
+     "empty_skill"),
+    ("non_text_lists_then_real",
+     '{"episode_skill": [1, 2]} {"episode_summary": [true], '
+     '"episode_skill": "y", "step_skills": {"1": [false], "2": [3], '
+     '"3": ["b"]}}', Analysis("", "y", {3: "b"})),
     # The prompt's own shape echoed back is no analysis.
     ("placeholder_echoed", skills._SHAPE % "", "empty_skill"),
     ("placeholder_then_real",
