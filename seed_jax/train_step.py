@@ -158,9 +158,11 @@ def train_step(state: TrainState, batch: Batch, *,
   """One optimizer update over a (mini-)batch, gradients accumulated.
 
   Each micro-batch contributes its token-mean loss with equal weight (the
-  gradient is the mean over micro-batches). A metric with a weight
-  (`losses.weight_key`: its token count) is averaged by that weight, so a
-  micro-batch with no token to average leaves it alone. A non-finite loss or gradient
+  gradient is the mean over micro-batches), except one without a token to
+  average (padding rows only, when the loss has a `losses.weight_key`
+  weight): it adds nothing and is not counted, so it does not shrink the
+  step. A metric with a weight (its token count) is averaged by that weight,
+  so such a micro-batch leaves it alone too. A non-finite loss or gradient
   skips the update: parameters and optimizer state stay as they were and
   `metrics["skipped"]` is 1.
 
@@ -177,20 +179,27 @@ def train_step(state: TrainState, batch: Batch, *,
   """
   grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
   micro = _split_micro(batch, num_micro_batches)
+  loss_weight = losses.weight_key("loss")
 
   def accumulate(carry, mb):
-    g_sum, m_sum = carry
+    g_sum, m_sum, live = carry
     (_, metrics), grads = grad_fn(state.params, mb)
     g_sum = jax.tree.map(lambda a, g: a + g.astype(jnp.float32), g_sum, grads)
     m_sum = jax.tree.map(lambda a, m: a + m, m_sum, _weigh(metrics))
-    return (g_sum, m_sum), None
+    # Micro-batches with a token to average (all of them if unweighted).
+    if loss_weight in metrics:
+      live += (metrics[loss_weight] > 0).astype(jnp.float32)
+    else:
+      live += 1.0
+    return (g_sum, m_sum, live), None
 
   zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), state.params)
   mb0 = jax.tree.map(lambda x: x[0], micro)
   m_shape = jax.eval_shape(lambda: _weigh(grad_fn(state.params, mb0)[0][1]))
   m_zero = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), m_shape)
-  (g_sum, m_sum), _ = jax.lax.scan(accumulate, (zeros, m_zero), micro)
-  grads = jax.tree.map(lambda g: g / num_micro_batches, g_sum)
+  (g_sum, m_sum, live), _ = jax.lax.scan(
+      accumulate, (zeros, m_zero, jnp.zeros((), jnp.float32)), micro)
+  grads = jax.tree.map(lambda g: g / jnp.maximum(live, 1.0), g_sum)
   metrics = _unweigh(m_sum, num_micro_batches)
 
   grad_norm = optax.tree.norm(grads)

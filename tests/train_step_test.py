@@ -54,6 +54,29 @@ def test_micro_batches_average_gradients():
   assert float(metrics["logp_diff_vs_old"]) < 1e-5
 
 
+def test_a_micro_batch_of_padding_rows_does_not_shrink_the_step():
+  cfg = testing.tiny_config()
+  params = model_lib.init_params(cfg, jax.random.key(0))
+  real = jax.tree.map(lambda x: x[:2], _rl_batch(cfg, params))
+  # Padding rows (all zero, masked out) at 1 and 3: micro-batch 1 of 2
+  # (rows 1, 3) holds no token.
+  padded = jax.tree.map(
+      lambda x: np.stack([x[0], np.zeros_like(x[0]), x[1],
+                          np.zeros_like(x[0])]), real)
+  tx = optax.sgd(1.0)
+  loss_fn = functools.partial(ts.rl_loss, config=cfg)
+  out = {}
+  for n, batch in ((1, real), (2, padded)):
+    step = jax.jit(functools.partial(ts.train_step, tx=tx, loss_fn=loss_fn,
+                                     num_micro_batches=n))
+    out[n] = step(ts.TrainState.create(params, tx), batch)
+  (new1, m1), (new2, m2) = out[1], out[2]
+  np.testing.assert_allclose(m2["grad_norm"], m1["grad_norm"], rtol=1e-5)
+  np.testing.assert_allclose(m2["loss"], m1["loss"], rtol=1e-5)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6),
+               new2.params, new1.params)
+
+
 def test_a_micro_batch_without_analyzed_rows_does_not_dilute_the_gate():
   cfg = testing.tiny_config()
   params = model_lib.init_params(cfg, jax.random.key(0))
