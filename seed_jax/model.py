@@ -560,6 +560,12 @@ def forward(params: Params, tokens: jax.Array, positions: jax.Array,
   return x, None
 
 
+def unstack_layers(layers: Params) -> tuple[Params, ...]:
+  """Stacked block weights ({name: [L, ...]}) -> L per-layer dicts."""
+  n = jax.tree.leaves(layers)[0].shape[0]
+  return tuple(jax.tree.map(lambda a, i=i: a[i], layers) for i in range(n))
+
+
 def _forward_cached(params, x, cos, sin, bias, c: ModelConfig, cache: Cache,
                     cache_index) -> tuple[jax.Array, Cache]:
   """The blocks of `forward` with a KV cache (inference only)."""
@@ -602,12 +608,17 @@ def _forward_cached(params, x, cos, sin, bias, c: ModelConfig, cache: Cache,
                for i, buf in enumerate(cache.v))
   else:
     # Decoding: the layers are unrolled over their own cache buffers, which
-    # are updated in place and read without a copy; the slices of the
-    # (loop-invariant) weights move out of the sampler's loop.
+    # are updated in place and read without a copy. `layers` may come
+    # unstacked (`unstack_layers`, as the sampler passes them): slices of the
+    # stacked weights taken here, inside the sampler's loop, are copied again
+    # on every step by XLA:CPU in float32.
     hi = cache_index + T if isinstance(cache_index, int) else bias.shape[-1]
     ks, vs = list(cache.k), list(cache.v)
+    layers = params["layers"]
+    if not isinstance(layers, (list, tuple)):
+      layers = unstack_layers(layers)
     for i in range(c.num_layers):
-      p = jax.tree.map(lambda a, i=i: a[i], params["layers"])
+      p = layers[i]
       q, k, v = _qkv(x, p, cos, sin, c, dt)
       k, v = new_kv(k, v)
       ks[i], vs[i] = write(ks[i], k, 3), write(vs[i], v, 2)
