@@ -117,7 +117,7 @@ def _household(ep: Episode, gt: dict[str, Any]) -> tuple[str, str]:
   fam, t, target = gt["family"], gt["object_type"], gt["target_type"]
   start = gt["start_locations"]
   taken = [o for o in gt["taken"] if _kind(o) == t]
-  first = taken[0] if taken else sorted(start)[0]
+  first = taken[0] if taken else _nearest_miss(gt)
   where = start.get(first) or next(iter(start.values()))
   opened = f"open {where}, " if where in gt["closed_at_start"] else ""
   head = f"{ep.length} steps on '{ep.task}'"
@@ -144,6 +144,19 @@ def _household(ep: Episode, gt: dict[str, Any]) -> tuple[str, str]:
     return f"Success in {head}.", skill
   rest, skill = _household_failure(ep, gt, taken, where)
   return f"Failure after {head}: {rest}", skill
+
+
+def _nearest_miss(gt: dict[str, Any]) -> str:
+  """Of the goal objects none of which was taken, the one the agent came
+  nearest to: one it saw (its place visited, and opened if closed), else one
+  in a closed place it reached, else the first by name; ties by name."""
+  def missed_at(obj):
+    where = gt["start_locations"][obj]
+    if where not in gt["visited"]:
+      return 2
+    closed = where in gt["closed_at_start"] and where not in gt["opened"]
+    return 1 if closed else 0
+  return min(sorted(gt["start_locations"]), key=missed_at)
 
 
 def _household_failure(ep: Episode, gt: dict[str, Any], taken: list[str],

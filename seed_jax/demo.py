@@ -45,7 +45,10 @@ from seed_jax.episodes import Episode
 # `policies.prepare` does not reuse a cached one made by older code.
 # 2: transcripts carry the user turn; unexplained skill-following searches are
 # left out; pick_two workflows name the second object's place.
-VERSION = 2
+# 3: a household failure that took nothing is told from the goal object the
+# agent came nearest to (seen, or its closed place reached), not the first
+# by name (the annotator's skills and analyses in the demonstrations).
+VERSION = 3
 
 
 ENVS = (demos.ENV, sokoban_demos.ENV)  # the games with demonstrations

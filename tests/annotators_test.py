@@ -94,6 +94,24 @@ def test_seen_but_not_taken():
   assert "but never took it" in annotators.annotate(ep)["episode_skill"]
 
 
+def test_of_several_goal_objects_the_one_seen_is_the_missed_fact():
+  """Two objects of the goal type in two open places: the agent sees the
+  one that does not sort first and leaves it. The decisive fact is that
+  sighting, not the other object's place it never checked."""
+  def two_open_places(w):
+    places = {w.where(o) for o in w.instances(w.obj_type)}
+    return len(places) == 2 and not places & set(w.closed)
+  seed = _seed_where("pick", two_open_places)
+  world = hw.generate(seed, families=("pick",))
+  last = sorted(world.instances(world.obj_type))[-1]
+  where = world.where(last)
+  ep = _episode(_household("pick", max_steps=3), seed,
+                [f"go to {where}", "look", "look"])
+  out = annotators.annotate(ep)
+  assert out["episode_summary"].endswith("was seen but never taken.")
+  assert f"You saw the {world.obj_type} in {where}" in out["episode_skill"]
+
+
 def test_wrong_appliance_and_missing_processing():
   env = _household("cool", max_steps=8)
   env.reset(2)
