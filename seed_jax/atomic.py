@@ -2,7 +2,8 @@
 
 Every JSON, JSONL, CSV and Markdown file the library rewrites in place (run
 status, metrics history, Stage-1 journal, checkpoint manifests, reports) goes
-through `write_text`, so a reader sees the old file or the new one,
+through `write_text`, and every PNG figure (learning curves, experiment
+plots) through `write_bytes`, so a reader sees the old file or the new one,
 never a prefix of the new one.
 """
 
@@ -25,11 +26,26 @@ def write_text(path: epath.PathLike, text: str) -> None:
     path: the file to write (local, or any path etils.epath handles).
     text: its new content.
   """
+  _write(path, lambda tmp: tmp.write_text(text))
+
+
+def write_bytes(path: epath.PathLike, data: bytes) -> None:
+  """Writes `data` to `path` whole or not at all, as `write_text` does.
+
+  Args:
+    path: the file to write (local, or any path etils.epath handles).
+    data: its new content.
+  """
+  _write(path, lambda tmp: tmp.write_bytes(data))
+
+
+def _write(path: epath.PathLike, write) -> None:
+  """`write(tmp)` to a temporary file beside `path`, then renamed over it."""
   path = epath.Path(path)
   path.parent.mkdir(parents=True, exist_ok=True)
   tmp = path.parent / f"{path.name}.tmp{os.getpid()}"
   try:
-    tmp.write_text(text)
+    write(tmp)
     tmp.replace(path)
   except BaseException:
     tmp.unlink(missing_ok=True)

@@ -337,14 +337,29 @@ def rescore(out: str, *, num_tasks: int = 256, seed: int = 12345,
 
 
 def _read_report(path: str) -> dict[str, Any]:
-  """An evaluation report; a damaged one is an error that names it."""
+  """An evaluation report; a damaged one (it does not parse, or its
+  per-task outcomes are not strings of 0s and 1s) is an error that names it."""
+  recover = ("evaluate writes reports whole, so it was damaged: delete it and "
+             "rerun to score that checkpoint again")
   try:
     with open(path) as f:
-      return json.load(f)
+      report = json.load(f)
   except ValueError as e:
-    raise ValueError(f"{path} does not parse ({e}); evaluate writes reports "
-                     "whole, so it was damaged: delete it and rerun to score "
-                     "that checkpoint again") from None
+    raise ValueError(f"{path} does not parse ({e}); {recover}") from None
+  if not isinstance(report, dict):
+    raise ValueError(f"{path} holds a {type(report).__name__}, not a report; "
+                     f"{recover}")
+  per_task = report.get("per_task", {})
+  if not isinstance(per_task, dict):
+    raise ValueError(f"{path} has per_task {per_task!r:.80}, not outcomes by "
+                     f"split; {recover}")
+  for split, outcomes in per_task.items():
+    try:
+      results.check_outcomes(outcomes)
+    except ValueError as e:
+      raise ValueError(f"{path} has bad per_task[{split!r}] ({e}); "
+                       f"{recover}") from None
+  return report
 
 
 def _update_section(md: str, text: str, *, begin: str, end: str) -> None:

@@ -10,6 +10,7 @@ reach the host only in `compute`, at log time.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -297,7 +298,7 @@ def plot_learning_curve(history: MetricHistory | Iterable[Mapping[str, Any]],
 
   Args:
     history: a MetricHistory or its records.
-    path: the PNG to write.
+    path: the PNG to write (whole or not at all: `atomic.write_bytes`).
     keys: metrics to draw; those without values are left out.
     x: the record field on the horizontal axis.
 
@@ -323,8 +324,9 @@ def plot_learning_curve(history: MetricHistory | Iterable[Mapping[str, Any]],
     ax.text(0.5, 0.5, "no data yet", ha="center", va="center",
             transform=ax.transAxes)
   fig.tight_layout()
-  with epath.Path(path).open("wb") as f:
-    fig.savefig(f, format="png")
+  png = io.BytesIO()
+  fig.savefig(png, format="png")
+  atomic.write_bytes(path, png.getvalue())  # a crash keeps the last one
   return drawn
 
 

@@ -25,10 +25,11 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 from typing import Any, Mapping, Sequence
 
 import numpy as np
+
+from seed_jax import atomic
 
 SPLITS = ("seen", "unseen")
 FRACTIONS = (0.2, 0.4, 0.6, 0.8, 1.0)
@@ -227,6 +228,14 @@ def summarize(histories: Histories, *,
   return out
 
 
+def check_outcomes(outcomes: Any) -> None:
+  """Raises a ValueError unless `outcomes` is a string of 0s and 1s (one
+  evaluation's per-task outcomes, see `seed_jax.evaluate`)."""
+  if not isinstance(outcomes, str) or outcomes.strip("01"):
+    raise ValueError(f"per-task outcomes must be a string of 0s and 1s, got "
+                     f"{outcomes!r:.80}")
+
+
 def by_task(pairs: Sequence[tuple[str, str]]) -> dict[str, Any] | None:
   """The success difference a − b of two evaluations of the same tasks,
   task by task.
@@ -243,12 +252,16 @@ def by_task(pairs: Sequence[tuple[str, str]]) -> dict[str, Any] | None:
      "seeds"}; None for no pairs.
 
   Raises:
-    ValueError: outcomes of different lengths.
+    ValueError: an outcome that is not a string of 0s and 1s, or outcomes
+      of different lengths.
 
   Example: by_task([("0110", "0100")]) -> mean 0.25, se 0.25, 4 tasks.
   """
   if not pairs:
     return None
+  for pair in pairs:
+    for x in pair:
+      check_outcomes(x)
   if len({len(x) for pair in pairs for x in pair}) > 1:
     raise ValueError("per-task outcomes of different lengths: "
                      f"{sorted({len(x) for pair in pairs for x in pair})}")
@@ -623,7 +636,8 @@ def plot_curves(summary: Mapping[str, Any], path: str, *,
   """Eval success against `x` ("update" or "env_steps"), seen and unseen.
 
   One line per method (the mean over seeds) with a band of ± one std.
-  Uses matplotlib's Agg canvas directly (no pyplot, no global backend).
+  Uses matplotlib's Agg canvas directly (no pyplot, no global backend); the
+  PNG is written whole or not at all (`atomic.write_bytes`).
   """
   from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
   fig = Figure(figsize=(10, 4), dpi=100)
@@ -649,5 +663,6 @@ def plot_curves(summary: Mapping[str, Any], path: str, *,
   if summary["methods"]:
     axes[-1].legend()
   fig.tight_layout()
-  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  fig.savefig(path, format="png")
+  png = io.BytesIO()
+  fig.savefig(png, format="png")
+  atomic.write_bytes(path, png.getvalue())  # a crash keeps the last one

@@ -136,8 +136,9 @@ def train(workdir: str, *,
   Raises:
     KnobError: a count above out of its range (before any work).
     ValueError, OSError, checkpoints.CorruptCheckpointError: a refused start
-      (see START_ERRORS), before config.gin is written, so that a resume
-      refused leaves the run's settings as they were.
+      (see START_ERRORS; a checkpoint past `num_updates` too), before
+      config.gin is written, so that a resume refused leaves the run's
+      settings as they were.
     NonFiniteError: `max_consecutive_nonfinite` skipped updates in a row.
   """
   _check_knobs(num_updates=num_updates, checkpoint_every=checkpoint_every,
@@ -183,6 +184,11 @@ def train(workdir: str, *,
       history = metrics_lib.MetricHistory.from_json(
           restored.host.get("history"))
       start = restored.step
+      if start > num_updates:  # else nothing runs, and `start`'s is returned
+        raise ValueError(
+            f"workdir {workdir} holds a checkpoint of update {start}, past "
+            f"train.num_updates={num_updates}; ask for at least {start} "
+            "updates, or start in another workdir")
       logging.info("resumed from update %d in %s", start, workdir)
       print(f"resumed from update {start}", flush=True)
     one_checkpoint = (checkpoints.tree_bytes(abstract_state)
@@ -191,7 +197,7 @@ def train(workdir: str, *,
     to_write = max(1, max_to_keep + 1 + kept - len(ckpt.all_steps()))
     checkpoints.check_free_space(workdir, one_checkpoint * to_write)
     # The start is sound: only now are these the run's settings (`evaluate`
-    # reads them) and its TensorBoard events rewritten.
+    # reads them) and its TensorBoard events and metrics.jsonl rewritten.
     if is_writer:
       write_config(workdir / "config.gin", gin.config_str())
       moved = metrics_lib.set_aside_events(workdir)
@@ -199,6 +205,7 @@ def train(workdir: str, *,
         logging.info("earlier TensorBoard events moved to %s; the %d restored "
                      "updates are written again", moved, len(history))
       metrics_lib.write_events(workdir, history)
+      _restart_jsonl(workdir / "metrics.jsonl", history, aside=moved)
     writer = metrics_lib.make_writer(workdir)
     with policies.working():
       eval_policy = rl_trainer.policy
@@ -264,6 +271,22 @@ def train(workdir: str, *,
         first = history.to_json()[0] if len(history) else {}
         print("\n" + metrics_lib.success_table(first, final), flush=True)
       return {k: v for k, v in final.items() if k.startswith("eval/")}
+
+
+def _restart_jsonl(path: epath.Path, history: metrics_lib.MetricHistory, *,
+                  aside: epath.Path | None) -> None:
+  """Rewrites a (re)start's metrics.jsonl from its restored `history`.
+
+  An earlier start lists every update it finished, also those after its
+  last checkpoint (`checkpoint_every` > 1, skipped non-finite steps, a
+  checkpoint that failed its check), which this start runs again; its file
+  is kept in `aside` (where its TensorBoard events went), when there is one.
+  A restored history ends at a complete checkpoint, so its last line may be
+  the final update's (which `experiments` reads as "done").
+  """
+  if aside is not None and path.exists():
+    atomic.write_text(aside / path.name, path.read_text())
+  history.write_jsonl(path)
 
 
 def write_config(path: epath.Path, text: str) -> None:

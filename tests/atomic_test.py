@@ -62,3 +62,33 @@ def test_an_interrupted_write_leaves_no_partial_temporary(tmp_path,
     atomic.write_text(path, "new text")
   assert path.read_text() == "old"
   assert os.listdir(tmp_path) == ["summary.md"]
+
+
+def test_write_bytes_writes_whole_file_and_creates_the_parent(tmp_path):
+  path = tmp_path / "a" / "curve.png"
+  atomic.write_bytes(path, b"\x89PNG first")
+  assert path.read_bytes() == b"\x89PNG first"
+  atomic.write_bytes(str(path), b"\x00\xffsecond, longer")
+  assert path.read_bytes() == b"\x00\xffsecond, longer"
+  assert os.listdir(path.parent) == ["curve.png"]
+
+
+def test_an_interrupted_write_bytes_keeps_the_old_file(tmp_path,
+                                                       monkeypatch):
+  path = tmp_path / "curve.png"
+  atomic.write_bytes(path, b"old")
+  cls = type(epath.Path(path))
+  real_write_bytes = cls.write_bytes
+  seen = []
+
+  def interrupted(self, data, *args, **kwargs):
+    seen.append(self.name)
+    real_write_bytes(self, data[:2], *args, **kwargs)
+    raise KeyboardInterrupt
+
+  monkeypatch.setattr(cls, "write_bytes", interrupted)
+  with pytest.raises(KeyboardInterrupt):
+    atomic.write_bytes(path, b"new bytes")
+  assert seen == [f"curve.png.tmp{os.getpid()}"]
+  assert path.read_bytes() == b"old"
+  assert os.listdir(tmp_path) == ["curve.png"]

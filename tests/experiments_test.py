@@ -3,6 +3,7 @@ status and summary."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -255,6 +256,27 @@ def test_run_skips_finished_runs_status_and_summary(tmp_path, capsys,
     experiments.main(["evaluate", "--out", out, "--num_tasks", "0"])
   with pytest.raises(SystemExit, match="has a checkpoint that could be"):
     experiments.main(["evaluate", "--out", str(tmp_path / "empty")])
+
+
+@pytest.mark.parametrize("per_task,named", [
+    ({"seen": "01-1", "unseen": "0011"}, r"per_task\['seen'\] \(.*'01-1'"),
+    ({"seen": "0110", "unseen": [0, 1]}, r"per_task\['unseen'\]"),
+    ("0110", r"per_task '0110', not outcomes by split"),
+])
+def test_a_report_with_damaged_outcomes_is_named(tmp_path, per_task, named):
+  read = experiments._read_report  # pylint: disable=protected-access
+  path = tmp_path / "step_2_tasks4_seed0_temp0.4.json"
+  report = dict(step=2, num_tasks=4, seed=0, temperature=0.4, metrics={},
+                per_task={"seen": "0110", "unseen": "0011"})
+  path.write_text(json.dumps(report))
+  assert read(str(path)) == report
+  report["per_task"] = per_task
+  path.write_text(json.dumps(report))
+  with pytest.raises(ValueError) as e:
+    read(str(path))
+  assert re.match(rf"{re.escape(str(path))} has (bad )?{named}", str(e.value))
+  assert str(e.value).endswith("delete it and rerun to score that checkpoint "
+                               "again")
 
 
 def test_a_failed_run_is_reported(tmp_path, capsys):

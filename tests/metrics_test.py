@@ -1,11 +1,13 @@
 """Averager, TensorBoard writer, progress line, history and plot."""
 
+import contextlib
 import glob
 import json
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import PIL.Image
 import pytest
 
 from seed_jax import metrics
@@ -130,6 +132,31 @@ def test_plot_learning_curve(tmp_path):
   drawn = metrics.plot_learning_curve(history, path)
   assert drawn == ["success_rate", "eval/seen/success"]
   assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+  with PIL.Image.open(path) as image:
+    image.verify()  # a whole PNG, not just its signature
+
+
+def test_a_plot_that_fails_mid_write_keeps_the_last_one(tmp_path,
+                                                        monkeypatch):
+  from matplotlib import figure  # pylint: disable=g-import-not-at-top
+  history = metrics.MetricHistory()
+  history.append(1, {"success_rate": 0.5})
+  path = tmp_path / "curve.png"
+  metrics.plot_learning_curve(history, path)
+  before = path.read_bytes()
+
+  def crash(self, fname, **kwargs):  # half a PNG, then the disk is full
+    with (open(fname, "wb") if isinstance(fname, str) else
+          contextlib.nullcontext(fname)) as f:
+      f.write(before[:20])
+    raise OSError(28, "No space left on device")
+
+  monkeypatch.setattr(figure.Figure, "savefig", crash)
+  history.append(2, {"success_rate": 0.75})
+  with pytest.raises(OSError, match="No space left"):
+    metrics.plot_learning_curve(history, path)
+  assert path.read_bytes() == before
+  assert [p.name for p in tmp_path.iterdir()] == ["curve.png"]
 
 
 def test_success_table_rows_and_columns():

@@ -1,7 +1,9 @@
 """The experiment summary against hand-computed means, stds and Table 6."""
 
+import contextlib
 import math
 
+import PIL.Image
 import pytest
 
 from seed_jax import results
@@ -184,6 +186,28 @@ def test_plot_curves(summary, tmp_path):
     path = tmp_path / f"{x}.png"
     results.plot_curves(summary, str(path), x=x)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with PIL.Image.open(path) as image:
+      image.verify()  # a whole PNG, not just its signature
+
+
+def test_a_plot_that_fails_mid_write_keeps_the_last_one(summary, tmp_path,
+                                                        monkeypatch):
+  from matplotlib import figure  # pylint: disable=g-import-not-at-top
+  path = tmp_path / "figures" / "curve.png"
+  results.plot_curves(summary, str(path))
+  before = path.read_bytes()
+
+  def crash(self, fname, **kwargs):  # half a PNG, then the disk is full
+    with (open(fname, "wb") if isinstance(fname, str) else
+          contextlib.nullcontext(fname)) as f:
+      f.write(before[:20])
+    raise OSError(28, "No space left on device")
+
+  monkeypatch.setattr(figure.Figure, "savefig", crash)
+  with pytest.raises(OSError, match="No space left"):
+    results.plot_curves(summary, str(path), x="env_steps")
+  assert path.read_bytes() == before
+  assert [p.name for p in path.parent.iterdir()] == ["curve.png"]
 
 
 def _report(step, seen, unseen, *, num_tasks=4, seed=9, per_task=None):
@@ -208,6 +232,11 @@ def test_by_task_differences_and_their_standard_error():
   assert results.by_task([]) is None
   with pytest.raises(ValueError, match="different lengths"):
     results.by_task([("011", "0100")])
+  # A damaged outcome string is named, not an int() error.
+  for bad in ("01-1", "01 1", "0121", 101, None):
+    with pytest.raises(ValueError, match=r"per-task outcomes must be a "
+                       r"string of 0s and 1s, got " + repr(bad)[:3]):
+      results.by_task([("0110", "0100"), ("0110", bad)])
 
 
 def test_rescored_by_task():

@@ -286,3 +286,56 @@ def test_an_error_once_training_started_keeps_its_traceback(tmp_path,
   gin.clear_config()
   assert closed == [str(tmp_path / "run")]
   assert (tmp_path / "run" / "config.gin").exists()  # the start was sound
+
+
+def _updates(workdir):
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    return [json.loads(line)["update"] for line in f]
+
+
+def test_a_restart_rewrites_metrics_jsonl_from_its_checkpoint(tmp_path,
+                                                              monkeypatch):
+  from seed_jax import checkpoints  # pylint: disable=g-import-not-at-top
+  from seed_jax import trainer  # pylint: disable=g-import-not-at-top
+  real, fail_at = trainer.RLTrainer.update, [4]
+
+  def faulty(self, *args, update_index, **kwargs):
+    if update_index + 1 == fail_at[0]:
+      raise RuntimeError(f"a fault in update {fail_at[0]}")
+    return real(self, *args, update_index=update_index, **kwargs)
+
+  monkeypatch.setattr(trainer.RLTrainer, "update", faulty)
+  workdir = str(tmp_path / "run")
+  args = ("--gin.VARIANT='grpo'", "--gin.NUM_UPDATES=4",
+          "--gin.train.train.eval_every=0",
+          "--gin.train.train.checkpoint_every=2")
+  # A checkpoint every 2 updates; metrics.jsonl lists every finished one.
+  with pytest.raises(RuntimeError, match="a fault in update 4"):
+    _run(workdir, *args)
+  assert _updates(workdir) == [1, 2, 3]
+  ckpt = checkpoints.Checkpointer(workdir)
+  assert ckpt.all_steps() == [2]
+  ckpt.close()
+  # The restart resumes from update 2 and fails in update 3: metrics.jsonl
+  # lists only what the checkpoint holds; the earlier file is kept beside
+  # the earlier events.
+  fail_at[0] = 3
+  with pytest.raises(RuntimeError, match="a fault in update 3"):
+    _run(workdir, *args)
+  assert _updates(workdir) == [1, 2]
+  assert _updates(os.path.join(workdir, metrics.EARLIER_EVENTS, "1")) == [
+      1, 2, 3]
+  gin.clear_config()
+
+
+def test_a_checkpoint_past_num_updates_is_refused(tmp_path):
+  workdir = tmp_path / "run"
+  args = ("--gin.VARIANT='grpo'", "--gin.train.train.eval_every=0")
+  _run(str(workdir), *args, "--gin.NUM_UPDATES=2")
+  before = (workdir / "config.gin").read_bytes()
+  message = _refused(workdir, *args, "--gin.NUM_UPDATES=1")
+  assert message == (f"error: workdir {workdir} holds a checkpoint of update "
+                     "2, past train.num_updates=1; ask for at least 2 "
+                     "updates, or start in another workdir")
+  assert (workdir / "config.gin").read_bytes() == before
+  assert _updates(workdir) == [1, 2]
