@@ -50,3 +50,22 @@ def tiny_run(tmp_path_factory):
   train.main(["--gin_file", tiny, f"--gin.WORKDIR='{workdir}'"])
   gin.clear_config()
   return workdir
+
+
+@pytest.fixture
+def savefig_fails_midway(monkeypatch):
+  """`install(head)`: from then on, matplotlib's Figure.savefig writes `head`
+  (part of a PNG) and fails as a full disk does."""
+  import contextlib  # pylint: disable=g-import-not-at-top
+  from matplotlib import figure  # pylint: disable=g-import-not-at-top
+
+  def install(head: bytes) -> None:
+    def crash(self, fname, **kwargs):
+      del self, kwargs
+      with (open(fname, "wb") if isinstance(fname, str) else
+            contextlib.nullcontext(fname)) as f:
+        f.write(head)
+      raise OSError(28, "No space left on device")
+    monkeypatch.setattr(figure.Figure, "savefig", crash)
+
+  return install

@@ -1,6 +1,5 @@
 """Averager, TensorBoard writer, progress line, history and plot."""
 
-import contextlib
 import glob
 import json
 
@@ -136,22 +135,14 @@ def test_plot_learning_curve(tmp_path):
     image.verify()  # a whole PNG, not just its signature
 
 
-def test_a_plot_that_fails_mid_write_keeps_the_last_one(tmp_path,
-                                                        monkeypatch):
-  from matplotlib import figure  # pylint: disable=g-import-not-at-top
+def test_a_plot_that_fails_mid_write_keeps_the_last_one(
+    tmp_path, savefig_fails_midway):
   history = metrics.MetricHistory()
   history.append(1, {"success_rate": 0.5})
   path = tmp_path / "curve.png"
   metrics.plot_learning_curve(history, path)
   before = path.read_bytes()
-
-  def crash(self, fname, **kwargs):  # half a PNG, then the disk is full
-    with (open(fname, "wb") if isinstance(fname, str) else
-          contextlib.nullcontext(fname)) as f:
-      f.write(before[:20])
-    raise OSError(28, "No space left on device")
-
-  monkeypatch.setattr(figure.Figure, "savefig", crash)
+  savefig_fails_midway(before[:20])  # half a PNG, then a full disk
   history.append(2, {"success_rate": 0.75})
   with pytest.raises(OSError, match="No space left"):
     metrics.plot_learning_curve(history, path)

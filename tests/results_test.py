@@ -1,6 +1,5 @@
 """The experiment summary against hand-computed means, stds and Table 6."""
 
-import contextlib
 import math
 
 import PIL.Image
@@ -190,20 +189,12 @@ def test_plot_curves(summary, tmp_path):
       image.verify()  # a whole PNG, not just its signature
 
 
-def test_a_plot_that_fails_mid_write_keeps_the_last_one(summary, tmp_path,
-                                                        monkeypatch):
-  from matplotlib import figure  # pylint: disable=g-import-not-at-top
+def test_a_plot_that_fails_mid_write_keeps_the_last_one(
+    summary, tmp_path, savefig_fails_midway):
   path = tmp_path / "figures" / "curve.png"
   results.plot_curves(summary, str(path))
   before = path.read_bytes()
-
-  def crash(self, fname, **kwargs):  # half a PNG, then the disk is full
-    with (open(fname, "wb") if isinstance(fname, str) else
-          contextlib.nullcontext(fname)) as f:
-      f.write(before[:20])
-    raise OSError(28, "No space left on device")
-
-  monkeypatch.setattr(figure.Figure, "savefig", crash)
+  savefig_fails_midway(before[:20])  # half a PNG, then a full disk
   with pytest.raises(OSError, match="No space left"):
     results.plot_curves(summary, str(path), x="env_steps")
   assert path.read_bytes() == before
