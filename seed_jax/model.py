@@ -454,6 +454,22 @@ def _query_blocks(start: int, end: int) -> list[tuple[int, int]]:
   return [(b, min(b + size, end)) for b in range(start, end, size)]
 
 
+def _mask_bias(kv_mask, first_slot, q0: int, q1: int, s0: int, s1: int
+               ) -> jax.Array:
+  """[B, q1 - q0, s1 - s0] float32 attention bias of queries [q0, q1) over
+  key slots [s0, s1): 0 where the key is a real token at or before the
+  query's slot (`first_slot` + query index), -1e30 elsewhere.
+
+  Built per query block where it is used, not once for [B, T, S]: that
+  array was a large share of a long scoring call's memory (145 of 424 MB
+  for 8 rows of 2176 tokens).
+  """
+  q_slot = first_slot + jnp.arange(q0, q1)
+  allowed = jnp.arange(s0, s1)[None, :] <= q_slot[:, None]  # [t, s]
+  allowed = allowed[None] & kv_mask[:, None, s0:s1].astype(bool)
+  return jnp.where(allowed, 0.0, -1e30).astype(jnp.float32)
+
+
 def _attend_cached(q, k_all, v_all, bias, c: ModelConfig):
   """Attention of q [B, T, H, E] over keys [B, K, E, S], values [B, K, S, E].
 
@@ -514,18 +530,14 @@ def forward(params: Params, tokens: jax.Array, positions: jax.Array,
   inv = jnp.asarray(rope_inv_freq(c))
   ang = positions.astype(jnp.float32)[..., None] * inv  # [B, T, E/2]
   cos, sin = jnp.cos(ang), jnp.sin(ang)
-  S = kv_mask.shape[1]
-  q_slot = cache_index + jnp.arange(T)
-  allowed = (jnp.arange(S)[None, :] <= q_slot[:, None])[None]  # [1, T, S]
-  allowed = allowed & kv_mask[:, None, :].astype(bool)  # [B, T, S]
-  bias = jnp.where(allowed, 0.0, -1e30).astype(jnp.float32)
   G = c.num_heads // c.num_kv_heads
   scale = c.head_dim ** -0.5
 
   if cache is not None:
     if segments is not None:
       raise ValueError("segments do not combine with a cache")
-    return _forward_cached(params, x, cos, sin, bias, c, cache, cache_index)
+    return _forward_cached(params, x, cos, sin, kv_mask, c, cache,
+                           cache_index)
   segments = tuple(segments or (T,))
   if sum(segments) != T:
     raise ValueError(f"segments {segments} do not sum to T={T}")
@@ -548,7 +560,8 @@ def forward(params: Params, tokens: jax.Array, positions: jax.Array,
 
   def block(x, p):
     q, k, v = _qkv(x, p, cos, sin, c, dt)
-    o = [attend(q[:, b0:b1], k[:, s0:b1], v[:, s0:b1], bias[:, b0:b1, s0:b1])
+    o = [attend(q[:, b0:b1], k[:, s0:b1], v[:, s0:b1],
+                _mask_bias(kv_mask, cache_index, b0, b1, s0, b1))
          for b0, b1, s0 in blocks]
     o = o[0] if len(o) == 1 else jnp.concatenate(o, axis=1)
     return _out_and_mlp(x, o, p, c, dt), None
@@ -566,8 +579,8 @@ def unstack_layers(layers: Params) -> tuple[Params, ...]:
   return tuple(jax.tree.map(lambda a, i=i: a[i], layers) for i in range(n))
 
 
-def _forward_cached(params, x, cos, sin, bias, c: ModelConfig, cache: Cache,
-                    cache_index) -> tuple[jax.Array, Cache]:
+def _forward_cached(params, x, cos, sin, kv_mask, c: ModelConfig,
+                    cache: Cache, cache_index) -> tuple[jax.Array, Cache]:
   """The blocks of `forward` with a KV cache (inference only)."""
   dt = jnp.dtype(c.dtype)
   kv_dt = jnp.dtype(cache.dtype)
@@ -595,7 +608,7 @@ def _forward_cached(params, x, cos, sin, bias, c: ModelConfig, cache: Cache,
       k, v = new_kv(k, v)
       k32, v32 = k.astype(jnp.float32), v.astype(jnp.float32)
       o = [_attend_cached(q[:, b0:b1], k32[..., :b1], v32[:, :, :b1],
-                          bias[:, b0:b1, :b1], c)
+                          _mask_bias(kv_mask, 0, b0, b1, 0, b1), c)
            for b0, b1 in _query_blocks(0, T)]
       o = o[0] if len(o) == 1 else jnp.concatenate(o, axis=1)
       return _out_and_mlp(x, o, p, c, dt), (_to_bits(k), _to_bits(v))
@@ -612,7 +625,9 @@ def _forward_cached(params, x, cos, sin, bias, c: ModelConfig, cache: Cache,
     # unstacked (`unstack_layers`, as the sampler passes them): slices of the
     # stacked weights taken here, inside the sampler's loop, are copied again
     # on every step by XLA:CPU in float32.
-    hi = cache_index + T if isinstance(cache_index, int) else bias.shape[-1]
+    hi = (cache_index + T if isinstance(cache_index, int)
+          else kv_mask.shape[1])
+    bias = _mask_bias(kv_mask, cache_index, 0, T, 0, hi)
     ks, vs = list(cache.k), list(cache.v)
     layers = params["layers"]
     if not isinstance(layers, (list, tuple)):
@@ -624,7 +639,7 @@ def _forward_cached(params, x, cos, sin, bias, c: ModelConfig, cache: Cache,
       ks[i], vs[i] = write(ks[i], k, 3), write(vs[i], v, 2)
       k_all = _from_bits(ks[i][..., :hi], kv_dt).astype(jnp.float32)
       v_all = _from_bits(vs[i][:, :, :hi], kv_dt).astype(jnp.float32)
-      o = _attend_cached(q, k_all, v_all, bias[..., :hi], c)
+      o = _attend_cached(q, k_all, v_all, bias, c)
       x = _out_and_mlp(x, o, p, c, dt)
     ks, vs = tuple(ks), tuple(vs)
   x = _rms_norm(x, params["final_norm"]["scale"], c.rms_norm_eps)
