@@ -476,11 +476,14 @@ class RLTrainer:
                  len(res.episodes), res.env_steps, rollout_time)
     found, an = {}, {}
     if rl.analyzes:
-      found, an = self._analyze(params, res.episodes,
+      # An episode whose reset failed has no step to analyze and no sample
+      # to re-score: no analysis is generated (or paid for) for it.
+      played = [e for e in res.episodes if e.length]
+      found, an = self._analyze(params, played,
                                 jax.random.fold_in(rng_an, chunk))
       faults.maybe_crash("analysis", update_index)
       logging.info("%s: %d of %d analyses parsed in %.0f s", where,
-                   len(found), len(res.episodes), time.time() - t)
+                   len(found), len(played), time.time() - t)
     return dict(res=res, found=found, an=an, rollout_time=rollout_time,
                 analysis_time=time.time() - t,
                 truncated=self.policy.prompts_truncated - truncated)

@@ -188,6 +188,28 @@ def test_rollouts_at_a_temperature_are_scored_and_trained_at_it(policy):
   assert m["pg_clipfrac"] == 0
 
 
+def test_an_episode_whose_reset_failed_is_not_analyzed(policy):
+  t = _trainer(policy)
+
+  def broken(seed):
+    raise RuntimeError(f"no task for seed {seed}")
+
+  t.pool.members[1].reset = broken
+  analyzed, real = [], t._analyze
+
+  def spy(params, episodes, rng):
+    analyzed.extend(episodes)
+    return real(params, episodes, rng)
+
+  t._analyze = spy
+  c = t.collect(t.place_params(policy.params), jax.random.key(0),
+                update_index=0)
+  failed = [e for e in c.episodes if e.family == rollout.RESET_FAILED]
+  assert len(failed) == 1 and failed[0].length == 0
+  assert len(analyzed) == len(c.episodes) - 1
+  assert all(e.length for e in analyzed)
+
+
 def test_a_skill_prompt_past_the_models_context_is_left_out(policy):
   # A 4096 bucket plus the response does not fit the 2048-position model, so
   # the policy drops it; a skill prompt longer than 1024 must not use it.
