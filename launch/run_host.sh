@@ -18,8 +18,6 @@ source launch/lib.sh
 
 : "${GIN_FILE:?set GIN_FILE, e.g. configs/experiments/tiny.gin}"
 : "${WORKDIR:?set WORKDIR, a directory every host can write}"
-# The script runs in the checkout: paths the caller gave relative to its own
-# folder are made absolute first.
 if [[ "${WORKDIR}" != /* && "${WORKDIR}" != *://* ]]; then
   WORKDIR="${caller}/${WORKDIR}"
 fi
