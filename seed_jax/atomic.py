@@ -4,7 +4,9 @@ Every JSON, JSONL, CSV and Markdown file the library rewrites in place (run
 status, metrics history, Stage-1 journal, checkpoint manifests, reports) goes
 through `write_text`, and every PNG figure (learning curves, experiment
 plots) through `write_bytes`, so a reader sees the old file or the new one,
-never a prefix of the new one.
+never a prefix of the new one. On a local disk the new file's data is synced
+before the rename and the rename after it, so a power cut leaves the old file
+or the new one too, never an empty one.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ def write_text(path: epath.PathLike, text: str) -> None:
   The text goes to a temporary file beside `path` whose name carries the
   process id (two writers never share one), which is then renamed over `path`.
   The parent directory is created when missing; the temporary file is removed
-  when the write fails.
+  when the write fails. Local files are synced (`_sync`).
 
   Args:
     path: the file to write (local, or any path etils.epath handles).
@@ -46,7 +48,21 @@ def _write(path: epath.PathLike, write) -> None:
   tmp = path.parent / f"{path.name}.tmp{os.getpid()}"
   try:
     write(tmp)
+    _sync(tmp)
     tmp.replace(path)
   except BaseException:
     tmp.unlink(missing_ok=True)
     raise
+  _sync(path.parent)
+
+
+def _sync(path: epath.Path) -> None:
+  """fsync of a local file or folder; other file systems sync on close."""
+  name = os.fspath(path)
+  if "://" in name:
+    return
+  fd = os.open(name, os.O_RDONLY)
+  try:
+    os.fsync(fd)
+  finally:
+    os.close(fd)

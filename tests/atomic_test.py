@@ -92,3 +92,27 @@ def test_an_interrupted_write_bytes_keeps_the_old_file(tmp_path,
   assert seen == [f"curve.png.tmp{os.getpid()}"]
   assert path.read_bytes() == b"old"
   assert os.listdir(tmp_path) == ["curve.png"]
+
+
+def test_a_local_write_is_synced_before_and_after_the_rename(tmp_path,
+                                                             monkeypatch):
+  path = tmp_path / "status.json"
+  events = []
+  cls = type(epath.Path(path))
+  real_fsync, real_replace = os.fsync, cls.replace
+
+  def fsync(fd):
+    events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+    real_fsync(fd)
+
+  def replace(self, target):
+    events.append(("replace", os.fspath(self)))
+    return real_replace(self, target)
+
+  monkeypatch.setattr(os, "fsync", fsync)
+  monkeypatch.setattr(cls, "replace", replace)
+  atomic.write_text(path, "new")
+  tmp = f"{path}.tmp{os.getpid()}"
+  assert events == [("fsync", tmp), ("replace", tmp),
+                    ("fsync", str(tmp_path))]
+  assert path.read_text() == "new"
