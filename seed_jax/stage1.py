@@ -34,7 +34,7 @@ from seed_jax.episodes import Episode
 DATASET_NAME = "seed_stage1"
 FIELDS = ("prompt", "response", "task", "family", "success")
 Record = dict[str, Any]  # FIELDS: four str and success (bool)
-Reply = Mapping[str, Any] | str | skills.Analysis | None
+Reply = Mapping[str, Any] | str | skills.Analysis | skills.ParseError | None
 _COUNTS = ("tasks", "episodes", "successes", "env_steps", "env_errors",
            "steps_cut", "prompt_too_long")
 
@@ -189,8 +189,9 @@ def _annotate_once(annotator, episodes: Sequence[Episode],
 
 def _analysis(reply: Reply, *, num_steps: int,
               max_step_skills: int) -> skills.Analysis | skills.ParseError:
-  """An annotator reply (dict, text, Analysis or None) through the parser."""
-  if isinstance(reply, skills.Analysis):
+  """An annotator reply (dict, text, Analysis, ParseError or None) through
+  the parser."""
+  if isinstance(reply, (skills.Analysis, skills.ParseError)):
     return reply
   if reply is None:
     return skills.ParseError("no_reply", "the annotator gave no analysis")

@@ -93,8 +93,8 @@ class TeacherUnavailableError(RuntimeError):
 
 class TeacherRejectedError(RuntimeError):
   """The endpoint refused one request (HTTP 400, 413 or 422, e.g. a prompt
-  over its context); not retried. The *_many methods give that prompt None
-  and go on."""
+  over its context); not retried. `complete_many` gives that prompt None,
+  the annotate methods a ParseError "rejected", and they go on."""
 
   def __init__(self, url: str, reason: str, status: int):
     super().__init__(f"teacher endpoint {url} rejected a request: {reason}")
@@ -350,16 +350,16 @@ class OpenAITeacher:
     return built.text
 
   def _parse(self, reply: str | None, episode: Episode
-             ) -> dict[str, Any] | None:
+             ) -> dict[str, Any] | skills.ParseError:
     if reply is None:  # rejected by the endpoint
-      self.stats.record(skills.ParseError("rejected"))
-      return None
+      return self.stats.record(skills.ParseError("rejected"))
     k = self.max_critical_steps if self.mode == "episode_step" else 0
     result = self.stats.record(skills.parse_analysis(
         reply, num_steps=episode.length, max_step_skills=k))
-    return result.to_dict() if isinstance(result, skills.Analysis) else None
+    return result.to_dict() if isinstance(result, skills.Analysis) else result
 
-  def annotate(self, episode: Episode) -> dict[str, Any] | None:
+  def annotate(self, episode: Episode
+               ) -> dict[str, Any] | skills.ParseError:
     """Analyzes one episode.
 
     Args:
@@ -367,9 +367,10 @@ class OpenAITeacher:
 
     Returns:
       {"episode_summary": str, "episode_skill": str} (plus "step_skills"
-      {"<step number>": str} in "episode_step" mode when any), or None when
-      the reply never parses or the endpoint rejects the request (counted
-      in `stats`).
+      {"<step number>": str} in "episode_step" mode when any), or the
+      `skills.ParseError` saying why not when the reply does not parse or
+      the endpoint rejects the request (reason "rejected"); both are
+      counted in `stats`.
 
     Raises:
       TeacherUnavailableError: when the endpoint is down (see `complete`).
@@ -379,8 +380,8 @@ class OpenAITeacher:
 
   def annotate_many(self, episodes: Sequence[Episode],
                     prompts: Sequence[str] | None = None
-                    ) -> list[dict[str, Any] | None]:
-    """Analyzes episodes concurrently; unparsed replies give None (counted).
+                    ) -> list[dict[str, Any] | skills.ParseError | None]:
+    """Analyzes episodes concurrently; a failure gives its ParseError.
 
     Args:
       episodes: finished episodes.
@@ -389,7 +390,7 @@ class OpenAITeacher:
         its records keep, so the teacher sees what SFT will show.
 
     Returns:
-      One annotation (as `annotate`) or None per episode, in order.
+      One annotation or ParseError (as `annotate`) per episode, in order.
 
     Raises:
       TeacherUnavailableError: when the endpoint goes down; `.partial` holds

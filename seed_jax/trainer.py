@@ -15,7 +15,7 @@ import functools
 import json
 import logging
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import jax
 import numpy as np
@@ -417,7 +417,7 @@ class RLTrainer:
     if self.rl.analyzer in ("external", "rules"):
       replies = self.teacher.annotate_many(episodes)
       for ep, rep in zip(episodes, replies):
-        if rep and rep.get("episode_skill"):
+        if isinstance(rep, Mapping) and rep.get("episode_skill"):
           # The teacher's dict is an analysis already; parsing its JSON
           # applies this run's step limits.
           parsed = skills.parse_analysis(json.dumps(rep), num_steps=ep.length,

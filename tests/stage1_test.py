@@ -22,6 +22,7 @@ from seed_jax import rollout
 from seed_jax import skills
 from seed_jax import stage1
 from seed_jax import testing
+from seed_jax import teacher as teacher_lib
 from seed_jax.teacher import OpenAITeacher, TeacherUnavailableError
 
 
@@ -236,6 +237,29 @@ def test_validation_stays_within_a_task_of_its_target():
                                       seed=seed)
     assert abs(len(val) - target) < 6 and val and train
     assert not {r["task"] for r in val} & {r["task"] for r in train}
+
+
+def test_a_teachers_failures_are_counted_by_their_reason(monkeypatch):
+  """A teacher reply that does not parse, or a request the endpoint refuses,
+  is a failure of that kind in Stage 1's stats, not a missing reply."""
+  teacher = OpenAITeacher("http://127.0.0.1:1/v1", "m", max_concurrency=1)
+  replies = iter(["not json", "REJECT", json.dumps(
+      {"episode_summary": "s", "episode_skill": "Look first."})] * 2)
+
+  def complete(prompt):
+    reply = next(replies)
+    if reply == "REJECT":
+      raise teacher_lib.TeacherRejectedError(teacher.url, "too long", 400)
+    return reply
+
+  monkeypatch.setattr(teacher, "complete", complete)
+  pool_factory, generate = testing.scripted_rollouts()
+  records, stats = stage1.collect_records(
+      generate, "household", num_tasks=3, group_size=2, max_steps=6,
+      annotator=teacher, rng=jax.random.key(0), pool_factory=pool_factory)
+  assert stats["failed/no_json"] == stats["failed/rejected"] == 2
+  assert "failed/no_reply" not in stats
+  assert stats["parsed"] == stats["records"] == len(records) == 2
 
 
 def test_an_unwritten_validation_split_reads_empty(tmp_path):

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from seed_jax import skills
 from seed_jax import teacher as teacher_lib
 from seed_jax.episodes import Episode, Step
 from seed_jax.teacher import OpenAITeacher, TeacherRejectedError
@@ -291,10 +292,18 @@ def test_api_key_a_header_cannot_carry_is_a_clear_error(monkeypatch):
   OpenAITeacher("http://example.com:/v1", "m", "")
 
 
+def _why(annotation):
+  """An annotation as is, or a failure's reason."""
+  if isinstance(annotation, skills.ParseError):
+    return annotation.reason
+  return annotation
+
+
 def test_annotate_parses_and_counts_failures(server):
   teacher = _teacher(server.base_url)
   assert teacher.annotate(_episode("put a mug in sink")) == _GOOD
-  assert teacher.annotate(_episode("GARBAGE task")) is None
+  failed = teacher.annotate(_episode("GARBAGE task"))
+  assert isinstance(failed, skills.ParseError) and failed.reason == "no_json"
   assert teacher.stats.as_dict() == {"parsed": 1, "failed": 1,
                                      "parse_rate": 0.5, "failed/no_json": 1}
   prompt = server.requests[0]["body"]["messages"][0]["content"]
@@ -308,7 +317,8 @@ def test_annotate_many_keeps_order_and_limits_concurrency(server):
   tasks = ["SLOW a", "SLOW GARBAGE b", "SLOW FAIL1 c", "SLOW d", "SLOW e",
            "SLOW GARBAGE f"]
   got = teacher.annotate_many([_episode(t, n=3) for t in tasks])
-  assert got == [_GOOD, None, _GOOD, _GOOD, _GOOD, None]
+  assert [_why(g) for g in got] == [_GOOD, "no_json", _GOOD, _GOOD, _GOOD,
+                                    "no_json"]
   assert server.max_in_flight == 2
   assert (teacher.stats.parsed, teacher.stats.failed) == (4, 2)
   assert teacher.steps_cut == 12  # the budget cut 2 of 3 steps per prompt
@@ -318,10 +328,10 @@ def test_annotate_many_keeps_order_and_limits_concurrency(server):
 def test_a_rejected_request_fails_only_its_episode(server):
   teacher = _teacher(server.base_url, max_retries=3, max_concurrency=2)
   got = teacher.annotate_many([_episode(t) for t in ("a", "REJECT b", "c")])
-  assert got == [_GOOD, None, _GOOD]
+  assert [_why(g) for g in got] == [_GOOD, "rejected", _GOOD]
   assert teacher.rejected == 1 and teacher.requests == 3  # not retried
   assert teacher.stats.as_dict()["failed/rejected"] == 1
-  assert teacher.annotate(_episode("REJECT d")) is None
+  assert _why(teacher.annotate(_episode("REJECT d"))) == "rejected"
   assert teacher.rejected == 2 and teacher._sleep == []
   with pytest.raises(TeacherRejectedError, match="HTTP 400"):
     teacher.complete("REJECT e")
@@ -348,7 +358,7 @@ def test_annotate_many_returns_partial_results_when_endpoint_fails(server):
   with pytest.raises(TeacherUnavailableError) as info:
     teacher.annotate_many([_episode(t) for t in tasks])
   err = info.value
-  assert err.partial == [_GOOD, None, None, None]
+  assert [_why(p) for p in err.partial] == [_GOOD, "no_json", None, None]
   assert err.completed == [True, True, False, False]
   assert (err.status, err.attempts) == (500, 2)
   assert teacher.stats.as_dict()["parsed"] == 1
