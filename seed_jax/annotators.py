@@ -239,6 +239,12 @@ def _sokoban(ep: Episode, gt: dict[str, Any]) -> tuple[str, str]:
             "straight toward the target, and never push a box into a corner "
             f"that is not a target. {plan}")
   k = gt["first_unsolvable_step"]
+  if k is not None and gt["box"] is None:
+    # No box moved at that step: a walk cannot make a level unsolvable, so
+    # the solver hit its state cap there and the verdict is not a fact.
+    return (f"Failure after {head}: the level was not solved.",
+            "Walk behind the box on the side opposite its target and push it "
+            f"straight there. {plan}")
   if k is not None:
     kind = gt["deadlock_kind"]
     r, c = gt["box"]

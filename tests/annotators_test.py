@@ -194,6 +194,24 @@ def test_sokoban_fatal_push():
       "corner that is not a target.")
 
 
+def test_sokoban_solver_cap_is_not_told_as_a_fatal_push(monkeypatch):
+  """When the solver gives up on a state reached by a walk (its state cap),
+  no push is blamed: the skill is the plan, not a made-up deadlock."""
+  env = envs.make("sokoban", max_steps=3)
+  env.load_text("#######\n#P_X_O#\n#_____#\n#######")
+  start = env.history[0]
+  real_solve = type(env.level).solve
+  monkeypatch.setattr(env.level, "solve", lambda state, **kw: (
+      real_solve(env.level, state, **kw) if state == start else None))
+  ep = _episode(env, 0, ["down", "up", "down"], reset=False)
+  assert ep.ground_truth["first_unsolvable_step"] == 2
+  assert ep.ground_truth["box"] is None
+  out = annotators.annotate(ep)
+  assert out["episode_summary"].endswith("the level was not solved.")
+  assert out["episode_skill"].endswith(
+      "The shortest plan here, move by move: 1 right, 2 right, 3 right.")
+
+
 def test_sokoban_success_and_timeout():
   env = envs.make("sokoban")
   env.reset(0)
