@@ -157,12 +157,14 @@ def _pad_rows(arrays: dict[str, np.ndarray], multiple: int) -> dict[str, np.ndar
 
 def _in_chunks(fn: Callable[..., Any], arrays: Sequence[np.ndarray],
                rows: int) -> list[np.ndarray]:
-  """Applies `fn` to row chunks of equal size (one compilation) and concats."""
+  """Applies `fn` to row chunks of equal size (one compilation) and concats.
+
+  Every chunk is dispatched before any result is fetched, so the device
+  never waits on a host transfer between chunks.
+  """
   n = arrays[0].shape[0]
-  outs = []
-  for start in range(0, n, rows):
-    res = fn(*[a[start:start + rows] for a in arrays])
-    outs.append(jax.device_get(res))
+  outs = jax.device_get([fn(*[a[start:start + rows] for a in arrays])
+                         for start in range(0, n, rows)])
   if isinstance(outs[0], tuple):
     return [np.concatenate(parts) for parts in zip(*outs)]
   return [np.concatenate(outs)]
