@@ -33,12 +33,17 @@ last logged update.
 curves `OUT/success_vs_{updates,env_steps}.png` (see `seed_jax.results`);
 with `--md=PATH` also a Markdown section in PATH (between markers, so the
 rest of the file is kept) with its images, and the raw metrics when small,
-in the folder PATH without its suffix (docs/results.md -> docs/results/).
+in the folder PATH without its suffix (docs/results.md -> docs/results/), so
+PATH needs a suffix. A file with the markers out of order, or one without
+the other, is refused (nothing written there): fix it by hand.
 
-`evaluate` scores every run again, its start (update 0) and its last
-checkpoint, on `--num_tasks` tasks per split with one evaluation seed, so
-that every run meets the same tasks and sampling keys (the runs' own
-evaluations are small and differ by seed). Each report is kept in
+`evaluate` scores every finished run again, its start (update 0) and its
+final checkpoint, on `--num_tasks` tasks per split with one evaluation seed,
+so that every run meets the same tasks and sampling keys (the runs' own
+evaluations are small and differ by seed). A run is finished when it has a
+checkpoint of its planned last update (from OUT/status.json, else its
+config.gin); the others, still training or stopped early, are left out and
+named. Each report is kept in
 `RUN/eval/step_<N>_tasks<K>_seed<S>_temp<T>.json` (where
 `python -m seed_jax.evaluate` writes it too) and reused, so an
 interrupted rescoring resumes; the table goes to `OUT/rescored.{json,md}`
@@ -51,7 +56,7 @@ with their standard error over the tasks:
       --num_tasks=256 --md=docs/results.md
 
 With `--fractions=0.2,0.4,0.6,0.8` it also scores, per run, the last kept
-checkpoint at or before each fraction of its last update: the paper's
+checkpoint at or before each fraction of its planned updates: the paper's
 Table 6 on common tasks. Training keeps only the latest `max_to_keep`
 checkpoints unless `train.train.keep_every` keeps more (e.g. every
 evaluated update); a fraction with none kept falls back to an earlier one,
@@ -98,6 +103,7 @@ END = "<!-- seed_jax.experiments summarize: end -->"
 RESCORED_BEGIN = "<!-- seed_jax.experiments evaluate: begin -->"
 RESCORED_END = "<!-- seed_jax.experiments evaluate: end -->"
 NO_CHECKPOINT = "no checkpoint yet"  # why `evaluate` leaves a run out
+UNFINISHED = "unfinished"  # why, too: the start of the reason
 RAW_LIMIT = 2 << 20  # copy the runs' metrics.jsonl next to the md below this
 
 
@@ -116,12 +122,15 @@ def plan(out: str, *, methods: Sequence[str], seeds: Sequence[int],
     method_bindings: {method: bindings}; default `METHODS`.
 
   Raises:
-    ValueError: an unknown or repeated method, a repeated seed.
+    ValueError: an unknown or repeated method, a repeated or negative seed.
   """
   known = METHODS if method_bindings is None else method_bindings
   unknown = [m for m in methods if m not in known]
   if unknown:
     raise ValueError(f"unknown method(s) {unknown}; known: {list(known)}")
+  negative = [s for s in seeds if s < 0]
+  if negative:
+    raise ValueError(f"seeds must be >= 0, got {negative}")
   for what, items in (("method", methods), ("seed", seeds)):
     if len(set(items)) != len(items):
       raise ValueError(f"a {what} is repeated in {list(items)}")
@@ -178,13 +187,57 @@ def replace_section(text: str, section: str, *, begin: str = BEGIN,
                     end: str = END) -> str:
   """`text` with the part between `begin` and `end` replaced by `section`
   (appended, with the markers, when there is none); one blank line
-  separates the end marker from any text after it."""
+  separates the end marker from any text after it.
+
+  Raises:
+    ValueError: unless `text` holds either no marker or one `begin` followed
+      by one `end` (so that no text of the user's is taken for the section).
+  """
   block = f"{begin}\n{section.rstrip()}\n{end}\n"
-  if begin in text and end in text:
-    head, rest = text.split(begin, 1)
-    tail = rest.split(end, 1)[1].lstrip("\n")
-    return head + block + ("\n" + tail if tail else "")
-  return (text.rstrip() + "\n\n" if text.strip() else "") + block
+  counts = (text.count(begin), text.count(end))
+  if counts == (0, 0):
+    return (text.rstrip() + "\n\n" if text.strip() else "") + block
+  if counts != (1, 1) or text.index(end) < text.index(begin):
+    problem = ("its end marker comes before its begin marker"
+               if counts == (1, 1) else
+               f"it has {counts[0]} begin and {counts[1]} end markers")
+    raise ValueError(f"{problem} ({begin} ... {end}); it needs one begin "
+                     "marker followed by one end marker, or neither")
+  head, rest = text.split(begin, 1)
+  tail = rest.split(end, 1)[1].lstrip("\n")
+  return head + block + ("\n" + tail if tail else "")
+
+
+def _planned(status: Mapping[str, Any]) -> dict[str, dict[int, int]]:
+  """{method: {seed: planned updates}} of the runs status.json records
+  (those of earlier invocations too)."""
+  planned = {}
+  for run in {**status.get("other_runs", {}),
+              **status.get("runs", {})}.values():
+    if run.get("num_updates") is not None:
+      planned.setdefault(run["method"], {})[int(run["seed"])] = int(
+          run["num_updates"])
+  return planned
+
+
+def image_folder(md: str) -> str:
+  """Where `write_summary` puts the images of the Markdown file `md`: its
+  path without the suffix (docs/results.md -> docs/results).
+
+  Raises:
+    ValueError: `md` has no suffix (the folder would be `md` itself), is a
+      folder, or that path is a file.
+  """
+  folder, suffix = os.path.splitext(md)
+  if not suffix:
+    raise ValueError(f"{md} has no suffix (such as .md): its images go in "
+                     "the folder of its path without the suffix")
+  if os.path.isdir(md):
+    raise ValueError(f"{md} is a folder, not a Markdown file")
+  if os.path.exists(folder) and not os.path.isdir(folder):
+    raise ValueError(f"{md} puts its images in the folder {folder}, but that "
+                     "is a file")
+  return folder
 
 
 def write_summary(out: str, md: str | None = None) -> dict[str, Any]:
@@ -192,19 +245,19 @@ def write_summary(out: str, md: str | None = None) -> dict[str, Any]:
 
   Raises:
     FileNotFoundError: when no run of OUT has a metrics.jsonl yet.
+    ValueError: a bad `md` (see `image_folder`, `replace_section`), before
+      anything is written.
   """
+  if md:
+    image_folder(md)
+    _check_section(md, begin=BEGIN, end=END)
   histories = load_histories(out)
   if not histories:
     raise FileNotFoundError(f"no OUT/<method>/seed<S>/metrics.jsonl under "
                             f"{out}: no run has finished yet")
   status = runner.read_status(os.path.join(out, runner.STATUS))
   runs = {**status.get("other_runs", {}), **status.get("runs", {})}
-  planned = {}
-  for run in runs.values():
-    if run.get("num_updates") is not None:
-      planned.setdefault(run["method"], {})[int(run["seed"])] = int(
-          run["num_updates"])
-  summary = results.summarize(histories, planned=planned)
+  summary = results.summarize(histories, planned=_planned(status))
   if status:
     summary["commands"] = status.get("commands", [])
     # The runs with numbers, in the tables' order.
@@ -220,7 +273,7 @@ def write_summary(out: str, md: str | None = None) -> dict[str, Any]:
     atomic.write_text(os.path.join(out, name), results.csv_text(rows))
   targets = [(out, ".")]
   if md:
-    folder = os.path.splitext(md)[0]
+    folder = image_folder(md)
     targets.append((folder, os.path.basename(folder)))
   for folder, _ in targets:
     results.plot_curves(summary, os.path.join(folder,
@@ -240,14 +293,17 @@ def rescore(out: str, *, num_tasks: int = 256, seed: int = 12345,
             temperature: float = 0.4, methods: Sequence[str] | None = None,
             fractions: Sequence[float] = (), md: str | None = None,
             command: str = "") -> dict[str, Any]:
-  """Scores every run's start and last checkpoint on common tasks.
+  """Scores every finished run's start and final checkpoint on common tasks.
+
+  A run is finished when its last checkpoint is of its planned last update
+  (as OUT/status.json records it, else as its config.gin says).
 
   Args:
     out: the experiment folder (OUT/<method>/seed<S> runs with checkpoints).
     num_tasks, seed, temperature: the evaluation, the same for every run.
     methods: only these methods (default: every method of OUT).
     fractions: also score, for each fraction f, the last checkpoint kept at
-      or before f times the run's last update (the start when none is):
+      or before f times the run's planned updates (the start when none is):
       the sample-efficiency view on common tasks, with the final as 100%.
       Checkpoints past the latest few are kept only with
       `train.train.keep_every`.
@@ -256,12 +312,13 @@ def rescore(out: str, *, num_tasks: int = 256, seed: int = 12345,
 
   Returns:
     `results.rescored` of the reports, plus "left_out": {run: why} for the
-    runs of OUT that are not in it (no checkpoint yet, or one that cannot be
-    scored; the Markdown names them too).
+    runs of OUT that are not in it (no checkpoint yet, `UNFINISHED`, or one
+    that cannot be scored; the Markdown names them too).
 
   Raises:
-    FileNotFoundError: when OUT holds no run with a checkpoint.
-    ValueError: a method in `methods` that OUT holds no run of.
+    FileNotFoundError: when OUT holds no finished run with a checkpoint.
+    ValueError: a method in `methods` that OUT holds no run of; an `md`
+      whose markers `replace_section` refuses (before any scoring).
   """
   from seed_jax import evaluate  # pylint: disable=g-import-not-at-top
   found = run_dirs(out)
@@ -269,8 +326,11 @@ def rescore(out: str, *, num_tasks: int = 256, seed: int = 12345,
   if unknown:
     raise ValueError(f"no runs of method(s) {unknown} under {out}; it holds "
                      f"{sorted(found)}")
+  if md:
+    _check_section(md, begin=RESCORED_BEGIN, end=RESCORED_END)
   if fractions and 1 not in fractions:  # the final, as Table 6's last column
     fractions = [*fractions, 1.0]
+  recorded = _planned(runner.read_status(os.path.join(out, runner.STATUS)))
   reports, left_out = {}, {}
   for m, by_seed in found.items():
     if methods is not None and m not in methods:
@@ -282,8 +342,23 @@ def rescore(out: str, *, num_tasks: int = 256, seed: int = 12345,
         left_out[f"{m}/seed{s}"] = NO_CHECKPOINT
         continue
       last = kept[-1]
+      planned = recorded.get(m, {}).get(s)
+      try:
+        if planned is None:  # not run by `run`: the run's own settings
+          settings = evaluate._run_settings(workdir)  # pylint: disable=protected-access
+          planned = int(settings["num_updates"])
+      except (FileNotFoundError, ValueError) as e:
+        left_out[f"{m}/seed{s}"] = f"its planned updates are unknown: {e}"
+      else:
+        if last < planned:  # still training, or stopped early
+          left_out[f"{m}/seed{s}"] = (f"{UNFINISHED}: its last checkpoint is "
+                                      f"update {last} of {planned} planned")
+      if f"{m}/seed{s}" in left_out:
+        print(f"{m}/seed{s}: left out, {left_out[f'{m}/seed{s}']}",
+              flush=True)
+        continue
       wanted = [("start", 0), ("final", last)] + [
-          (f, max(k for k in kept if k <= f * last + 1e-9))
+          (f, max(k for k in kept if k <= f * planned + 1e-9))
           for f in fractions]
       pair = reports.setdefault(m, {}).setdefault(s, {})
       for which, step in wanted:
@@ -292,7 +367,7 @@ def rescore(out: str, *, num_tasks: int = 256, seed: int = 12345,
             temperature=temperature) + ".json"
         if not os.path.exists(path):
           label = (which if isinstance(which, str)
-                   else f"{100 * which:g}% of {last}")
+                   else f"{100 * which:g}% of {planned}")
           print(f"{m}/seed{s}: scoring update {step} ({label}) on "
                 f"{num_tasks} tasks per split", flush=True)
           try:
@@ -316,9 +391,9 @@ def rescore(out: str, *, num_tasks: int = 256, seed: int = 12345,
     if m in reports and not reports[m]:
       reports.pop(m)
   if not reports:
-    raise FileNotFoundError(f"no OUT/<method>/seed<S> run under {out} has a "
-                            f"checkpoint that could be scored; left out: "
-                            f"{left_out}")
+    raise FileNotFoundError(f"no finished OUT/<method>/seed<S> run under "
+                            f"{out} has a checkpoint that could be scored; "
+                            f"left out: {left_out}")
   summary = results.rescored(reports)
   summary["command"] = command
   summary["left_out"] = left_out
@@ -337,8 +412,9 @@ def rescore(out: str, *, num_tasks: int = 256, seed: int = 12345,
 
 
 def _read_report(path: str) -> dict[str, Any]:
-  """An evaluation report; a damaged one (it does not parse, or its
-  per-task outcomes are not strings of 0s and 1s) is an error that names it."""
+  """An evaluation report; a damaged one (it does not parse, lacks a field
+  the table reads, or its per-task outcomes are not strings of 0s and 1s)
+  is an error that names it."""
   recover = ("evaluate writes reports whole, so it was damaged: delete it and "
              "rerun to score that checkpoint again")
   try:
@@ -349,6 +425,13 @@ def _read_report(path: str) -> dict[str, Any]:
   if not isinstance(report, dict):
     raise ValueError(f"{path} holds a {type(report).__name__}, not a report; "
                      f"{recover}")
+  missing = [k for k in ("step", "metrics", "num_tasks", "seed", "temperature")
+             if k not in report]
+  if missing:
+    raise ValueError(f"{path} has no {', '.join(missing)}; {recover}")
+  if not isinstance(report["metrics"], dict):
+    raise ValueError(f"{path} has metrics {report['metrics']!r:.80}, not a "
+                     f"dict; {recover}")
   per_task = report.get("per_task", {})
   if not isinstance(per_task, dict):
     raise ValueError(f"{path} has per_task {per_task!r:.80}, not outcomes by "
@@ -364,9 +447,28 @@ def _read_report(path: str) -> dict[str, Any]:
 
 def _update_section(md: str, text: str, *, begin: str, end: str) -> None:
   """Puts `text` between the markers in the Markdown file `md` (created if
-  absent), rewriting the file whole or not at all."""
+  absent), rewriting the file whole or not at all.
+
+  Raises:
+    ValueError: markers `replace_section` refuses, named with `md`; the file
+      is left as it is.
+  """
   old = epath.Path(md).read_text() if os.path.exists(md) else ""
-  atomic.write_text(md, replace_section(old, text, begin=begin, end=end))
+  try:
+    new = replace_section(old, text, begin=begin, end=end)
+  except ValueError as e:
+    raise ValueError(f"{md}: {e}; fix it by hand, nothing was written "
+                     "there") from None
+  atomic.write_text(md, new)
+
+
+def _check_section(md: str, *, begin: str, end: str) -> None:
+  """Raises `_update_section`'s ValueError now, before any work."""
+  if os.path.exists(md):
+    try:
+      replace_section(epath.Path(md).read_text(), "", begin=begin, end=end)
+    except ValueError as e:
+      raise ValueError(f"{md}: {e}; fix it by hand, then rerun") from None
 
 
 def _provenance(summary, histories, out, md, target) -> str:
@@ -400,7 +502,7 @@ def _provenance(summary, histories, out, md, target) -> str:
 
 
 def _ints(text: str) -> list[int]:
-  """"0,1,2" -> [0, 1, 2]; at least one."""
+  """"0,1,2" -> [0, 1, 2]; at least one, none negative."""
   try:
     out = [int(x) for x in text.split(",") if x.strip()]
   except ValueError:
@@ -408,7 +510,19 @@ def _ints(text: str) -> list[int]:
         f"expected comma-separated integers, got {text!r}") from None
   if not out:
     raise argparse.ArgumentTypeError(f"no seed in {text!r}")
+  if any(x < 0 for x in out):
+    raise argparse.ArgumentTypeError(
+        f"seeds must be >= 0 (runs go in OUT/<method>/seed<S>), got {text!r}")
   return out
+
+
+def _md(text: str) -> str:
+  """A Markdown path with a suffix (see `image_folder`)."""
+  try:
+    image_folder(text)
+  except ValueError as e:
+    raise argparse.ArgumentTypeError(str(e)) from None
+  return text
 
 
 def _names(text: str) -> list[str]:
@@ -460,11 +574,13 @@ def parse_flags(argv):
   status.add_argument("--out", required=True)
   summ = sub.add_parser("summarize", help="tables, curves, sample efficiency")
   summ.add_argument("--out", required=True)
-  summ.add_argument("--md", default=None,
+  summ.add_argument("--md", type=_md, default=None,
                     help="also write a Markdown section here (e.g. "
-                    "docs/results.md), images in its folder docs/results/")
-  ev = sub.add_parser("evaluate", help="score every run's start and last "
-                      "checkpoint on the same tasks (resumable)")
+                    "docs/results.md), images in its folder docs/results/ "
+                    "(the path without its suffix; so a path without a "
+                    "suffix is refused)")
+  ev = sub.add_parser("evaluate", help="score every finished run's start "
+                      "and final checkpoint on the same tasks (resumable)")
   ev.add_argument("--out", required=True)
   ev.add_argument("--num_tasks", type=int, default=256,
                   help="tasks per split")
@@ -475,7 +591,7 @@ def parse_flags(argv):
                   help="comma-separated (default: every method of OUT)")
   ev.add_argument("--fractions", type=_floats, default=(),
                   help="also score the last kept checkpoint at or before "
-                  "these fractions of each run's updates, e.g. "
+                  "these fractions of each run's planned updates, e.g. "
                   "0.2,0.4,0.6,0.8; the final is the 100%% column (keep "
                   "them with train.train.keep_every)")
   ev.add_argument("--md", default=None,
@@ -512,7 +628,7 @@ def main(argv=None) -> int:
                         command=command)
       print(results.rescored_markdown(summary))
       failed = {k: v for k, v in summary["left_out"].items()
-                if v != NO_CHECKPOINT}
+                if not v.startswith((NO_CHECKPOINT, UNFINISHED))}
       if failed:
         print(f"left out, their checkpoints cannot be scored: {failed}",
               flush=True)
@@ -541,6 +657,10 @@ def main(argv=None) -> int:
                      parallel=args.parallel, command=command)
   except runner.BusyError as e:
     raise SystemExit(f"error: {e}") from None
+  except (OSError, ValueError) as e:  # the runner's own, its runs stopped
+    raise SystemExit(f"error: {e}; the runner stopped, and with it the runs "
+                     "it had started: rerun the same command to resume"
+                     ) from e
   except KeyboardInterrupt:
     print("interrupted; rerun the same command to resume", flush=True)
     return 130

@@ -103,9 +103,11 @@ def execute(runs: Sequence[Run], num_updates: Mapping[str, int], *,
             python: str = sys.executable) -> dict[str, Any]:
   """Runs what is not done yet, `parallel` at a time; keeps status.json.
 
-  A failed run does not stop the others; a KeyboardInterrupt (or SIGTERM,
-  see `experiments.main`) stops the runs started here and marks them
-  "interrupted".
+  A failed run does not stop the others (one whose metrics.jsonl is
+  damaged fails, its "error" naming the file); a KeyboardInterrupt (or
+  SIGTERM, see `experiments.main`) or any error of the runner's own (say,
+  status.json cannot be written) stops the runs started here, marks them
+  "interrupted" (the error in status.json's "error") and is raised again.
 
   Args:
     runs: from `experiments.plan`.
@@ -124,6 +126,8 @@ def execute(runs: Sequence[Run], num_updates: Mapping[str, int], *,
   Raises:
     BusyError: another runner still works on `out`, or a run an earlier
       runner started still trains (two trainers would share a workdir).
+    ValueError: a damaged metrics.jsonl of a run to start (named), before
+      any starts.
   """
   os.makedirs(out, exist_ok=True)
   path = os.path.join(out, STATUS)
@@ -179,28 +183,47 @@ def execute(runs: Sequence[Run], num_updates: Mapping[str, int], *,
         log.close()
         del active[name]
         entry = status["runs"][name]
-        ok = rc == 0 and is_done(run.workdir, entry["num_updates"])
+        try:
+          ok = rc == 0 and is_done(run.workdir, entry["num_updates"])
+        except ValueError as e:  # a damaged metrics.jsonl: this run's own
+          ok = False
+          entry["error"] = str(e)
         entry.update(state="done" if ok else "failed", returncode=rc,
                      ended=_now())
-        print(f"{name}: {entry['state']} (exit status {rc})", flush=True)
+        print(f"{name}: {entry['state']} (exit status {rc})"
+              + (f": {entry['error']}" if "error" in entry else ""),
+              flush=True)
         _write_json(path, dict(status, updated=_now()))
-  except KeyboardInterrupt:
-    for name, (run, proc, log) in active.items():
-      proc.terminate()
-    for name, (run, proc, log) in active.items():
-      try:
-        proc.wait(timeout=60)
-      except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-      log.close()
-      status["runs"][name].update(state="interrupted",
-                                  returncode=proc.returncode, ended=_now())
-    _write_json(path, dict(status, updated=_now()))
+  except BaseException as e:  # Ctrl-C, SIGTERM, or the runner's own error
+    _stop(active, status)
+    if not isinstance(e, KeyboardInterrupt):
+      status["error"] = f"{type(e).__name__}: {e}"
+    try:
+      _write_json(path, dict(status, updated=_now()))
+    except OSError as write_error:  # say so, and raise the first error
+      print(f"cannot record the stopped runs in {path}: {write_error}",
+            file=sys.stderr, flush=True)
     raise
   status.update(finished=True, updated=_now())
   _write_json(path, status)
   return status
+
+
+def _stop(active: Mapping[str, tuple[Run, subprocess.Popen, Any]],
+          status: dict[str, Any]) -> None:
+  """Stops the `active` runs (SIGTERM, SIGKILL after 60 s) and marks them
+  "interrupted" in `status`."""
+  for _, proc, _ in active.values():
+    proc.terminate()
+  for name, (_, proc, log) in active.items():
+    try:
+      proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+      proc.kill()
+      proc.wait()
+    log.close()
+    status["runs"][name].update(state="interrupted",
+                                returncode=proc.returncode, ended=_now())
 
 
 def read_status(path: str) -> dict[str, Any]:
@@ -261,7 +284,9 @@ def _check_nobody_running(status: Mapping[str, Any], out: str) -> None:
 
 
 def status_report(out: str) -> str:
-  """A table of the runs in OUT/status.json, states refreshed from disk.
+  """A table of the runs in OUT/status.json, states refreshed from disk;
+  the runs of earlier invocations on OUT that the last one did not plan
+  ("other_runs") follow under their own heading.
 
   Raises:
     FileNotFoundError: when `run` never wrote a status there.
@@ -286,7 +311,8 @@ def status_report(out: str) -> str:
   lines = [f"runner pid {status['pid']} on {status['host']}: {runner[alive]}"
            f"; status updated {status['updated']}",
            f"{'run':24s} {'state':12s} {'update':>10s}  log"]
-  for name, r in status["runs"].items():
+
+  def row(name, r, alive):
     state = r["state"]
     if is_done(r["workdir"], r["num_updates"]):
       state = "done"
@@ -296,5 +322,12 @@ def status_report(out: str) -> str:
     update = f"{'-' if last is None else last}/{r['num_updates']}"
     if state == "failed":
       state = f"failed ({r['returncode']})"
-    lines.append(f"{name:24s} {state:12s} {update:>10s}  {r['log']}")
+    return f"{name:24s} {state:12s} {update:>10s}  {r['log']}"
+
+  lines += [row(name, r, alive) for name, r in status["runs"].items()]
+  if status.get("other_runs"):
+    # Their runner is gone: a later one started only once none ran.
+    lines += ["from an earlier invocation (not planned by the last one):"]
+    lines += [row(name, r, False)
+              for name, r in status["other_runs"].items()]
   return "\n".join(lines)

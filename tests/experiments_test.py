@@ -279,6 +279,171 @@ def test_a_report_with_damaged_outcomes_is_named(tmp_path, per_task, named):
                                "again")
 
 
+@pytest.mark.parametrize("field", ["step", "metrics", "temperature"])
+def test_a_report_without_a_field_is_named(tmp_path, field):
+  path = tmp_path / "step_2_tasks4_seed0_temp0.4.json"
+  report = dict(step=2, num_tasks=4, seed=0, temperature=0.4,
+                metrics={"eval/seen/success": 0.5})
+  del report[field]
+  path.write_text(json.dumps(report))
+  with pytest.raises(ValueError, match=rf"^{re.escape(str(path))} has no "
+                     rf"{field}; .*delete it and rerun"):
+    experiments._read_report(str(path))  # pylint: disable=protected-access
+
+
+def _fake_scoring(monkeypatch, last):
+  """Stand-ins for `evaluate`: run (method, seed) keeps the checkpoints of
+  updates `last[(method, seed)]` and 40 (when not past it), and a report's
+  success is its update / 125. Returns the (workdir, update)s scored."""
+  from seed_jax import evaluate  # pylint: disable=g-import-not-at-top
+  scored = []
+
+  def steps(workdir):
+    seed = os.path.basename(workdir)
+    key = (os.path.basename(os.path.dirname(workdir)), int(seed[4:]))
+    return sorted({40, last[key]} if last[key] >= 40 else {last[key]})
+
+  def fake_main(argv):
+    flags = dict(zip(argv[::2], argv[1::2]))
+    workdir, step = flags["--workdir"], int(flags["--step"])
+    scored.append((workdir, step))
+    path = evaluate.report_path(workdir, step, num_tasks=256, seed=12345,
+                                temperature=0.4) + ".json"
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+      json.dump(dict(step=step, num_tasks=256, seed=12345, temperature=0.4,
+                     metrics={f"eval/{split}/success": step / 125
+                              for split in ("seen", "unseen")}), f)
+
+  monkeypatch.setattr(evaluate, "checkpoint_steps", steps)
+  monkeypatch.setattr(evaluate, "main", fake_main)
+  return scored
+
+
+def test_evaluate_leaves_unfinished_runs_out(tmp_path, monkeypatch, capsys):
+  out = tmp_path / "exp"
+  # 100 updates planned for each; seed/seed1 (status.json) and seed/seed2
+  # (its config.gin, not run by `run`) are still training.
+  last = {("grpo", 0): 100, ("grpo", 1): 100, ("seed", 0): 100,
+          ("seed", 1): 20, ("seed", 2): 30}
+  for m, s in last:
+    (out / m / f"seed{s}").mkdir(parents=True)
+
+  def entry(m, s):
+    return dict(method=m, seed=s, num_updates=100, state="running")
+
+  (out / runner.STATUS).write_text(json.dumps(dict(
+      runs={f"{m}/seed{s}": entry(m, s) for m, s in last if (m, s) not in (
+          ("grpo", 1), ("seed", 2))},
+      other_runs={"grpo/seed1": entry("grpo", 1)})))
+  from seed_jax import train  # pylint: disable=g-import-not-at-top
+  import gin  # pylint: disable=g-import-not-at-top
+  train.parse_gin([TINY], ["NUM_UPDATES=100"])
+  (out / "seed" / "seed2" / "config.gin").write_text(gin.config_str())
+  gin.clear_config()
+  scored = _fake_scoring(monkeypatch, last)
+  assert experiments.main(["evaluate", "--out", str(out), "--fractions",
+                           "0.4"]) == 0  # unfinished is no failure
+  unfinished = {str(out / "seed" / "seed1"), str(out / "seed" / "seed2")}
+  assert not unfinished & {w for w, _ in scored}  # never scored
+  rescored = json.load(open(out / "rescored.json"))
+  assert rescored["steps"]["seed"] == {"0": {"start": 0, "final": 100}}
+  assert rescored["success"]["seed"]["final"]["seen"]["all"]["values"] == [
+      0.8]
+  assert rescored["unpaired"] == {}
+  assert rescored["left_out"] == {
+      "seed/seed1": "unfinished: its last checkpoint is update 20 of 100 "
+                    "planned",
+      "seed/seed2": "unfinished: its last checkpoint is update 30 of 100 "
+                    "planned"}
+  # Table 6's fractions are of the planned updates, the finished runs'.
+  assert [(p["fraction"], p["updates"], p["values"]) for p in
+          rescored["efficiency"]["seed"]["unseen"]] == [
+              (0.4, [40], [0.32]), (1.0, [100], [0.8])]
+  text = open(out / "rescored.md").read()
+  assert "seed/seed1 (unfinished: its last checkpoint is update 20" in text
+  assert "seed/seed2: left out, unfinished" in capsys.readouterr().out
+  # Only unfinished runs: nothing to table, said so.
+  for m, s in list(last):
+    last[(m, s)] = 10
+  with pytest.raises(SystemExit, match="no finished OUT/<method>/seed<S> "
+                     "run .* has a checkpoint"):
+    experiments.main(["evaluate", "--out", str(out)])
+
+
+def test_markers_out_of_order_are_refused_and_nothing_written(
+    tmp_path, monkeypatch):
+  out = tmp_path / "exp"
+  (out / "grpo" / "seed0").mkdir(parents=True)
+  (out / "grpo" / "seed0" / "metrics.jsonl").write_text(json.dumps(
+      {"update": 0, "eval/seen/success": 0.5,
+       "eval/unseen/success": 0.25}) + "\n")
+  scored = _fake_scoring(monkeypatch, {("grpo", 0): 100})
+  (out / runner.STATUS).write_text(json.dumps(dict(runs={"grpo/seed0": dict(
+      method="grpo", seed=0, num_updates=100, command="python -m ...")})))
+  md = tmp_path / "results.md"
+  for command, begin, end in (
+      ("summarize", experiments.BEGIN, experiments.END),
+      ("evaluate", experiments.RESCORED_BEGIN, experiments.RESCORED_END)):
+    for text, why in ((f"intro\n{end}\nnotes\n{begin}\nold\n",
+                       "its end marker comes before its begin marker"),
+                      (f"intro\n{begin}\nold\n\n## Notes\nkeep me\n",
+                       "it has 1 begin and 0 end markers"),
+                      (f"{begin}\na\n{end}\n{begin}\nb\n{end}\n",
+                       "it has 2 begin and 2 end markers")):
+      md.write_text(text)
+      with pytest.raises(SystemExit, match=f"^error: {re.escape(str(md))}: "
+                         f"{why}"):
+        experiments.main([command, "--out", str(out), "--md", str(md)])
+      assert md.read_text() == text
+  # Refused before any work: nothing scored, no summary written.
+  assert not scored
+  assert sorted(os.listdir(out)) == ["grpo", runner.STATUS]
+  with pytest.raises(ValueError, match="end marker comes before"):
+    experiments.replace_section(f"{experiments.END}\n{experiments.BEGIN}\n",
+                                "x")
+
+
+def test_md_without_a_suffix_is_refused(tmp_path, capsys):
+  out = tmp_path / "exp"
+  (out / "grpo" / "seed0").mkdir(parents=True)
+  (out / "grpo" / "seed0" / "metrics.jsonl").write_text(json.dumps(
+      {"update": 0, "eval/seen/success": 0.5,
+       "eval/unseen/success": 0.25}) + "\n")
+  notes = tmp_path / "NOTES"
+  notes.write_text("hand-written\n")
+  (tmp_path / "docs").mkdir()
+  for md in (notes, tmp_path / "docs"):
+    with pytest.raises(SystemExit):
+      experiments.main(["summarize", "--out", str(out), "--md", str(md)])
+    assert f"argument --md: {md} " in capsys.readouterr().err
+  assert notes.read_text() == "hand-written\n"
+  assert os.listdir(out) == ["grpo"]  # nothing written
+  with pytest.raises(ValueError, match="has no suffix"):
+    experiments.write_summary(str(out), str(notes))
+
+
+def test_negative_seeds_are_refused(tmp_path, capsys):
+  with pytest.raises(SystemExit):
+    experiments.main(["run", "--out", str(tmp_path), "--seeds=0,-1",
+                      "--dry_run"])
+  assert "argument --seeds: seeds must be >= 0" in capsys.readouterr().err
+  with pytest.raises(ValueError, match=r"seeds must be >= 0, got \[-1\]"):
+    experiments.plan("out", methods=["grpo"], seeds=[-1], gin_files=["a.gin"])
+
+
+def test_a_runner_error_is_one_error_line(tmp_path, monkeypatch):
+  def broken(*args, **kwargs):
+    raise OSError(28, "No space left on device")
+
+  monkeypatch.setattr(runner, "execute", broken)
+  with pytest.raises(SystemExit, match=r"^error: \[Errno 28\] No space left "
+                     "on device; the runner stopped, .* rerun the same "
+                     "command to resume"):
+    experiments.main(["run", "--out", str(tmp_path / "exp"), "--methods",
+                      "grpo", "--seeds", "0", "--gin_file", TINY])
+
+
 def test_a_failed_run_is_reported(tmp_path, capsys):
   out = str(tmp_path / "exp")
   # More free space than any disk has: the run stops before training.
