@@ -103,24 +103,35 @@ def check_dtype(dtype: str | None) -> None:
                      f"of {', '.join(DTYPES)}")
 
 
-def hf_to_orbax(src: str, dst: str, *, mesh_shape: Sequence[int] = (1, -1, 1)
-                ) -> model_lib.ModelConfig:
+def hf_to_orbax(src: str, dst: str, *, mesh_shape: Sequence[int] = (1, -1, 1),
+                dtype: str | None = None) -> model_lib.ModelConfig:
   """Reads a Hugging Face folder onto a mesh and saves it with orbax.
+
+  Args:
+    src: a Hugging Face folder (config.json, safetensors).
+    dst: the orbax folder to write (`config.json`, `params/`, side files).
+    mesh_shape: the mesh to read onto.
+    dtype: the parameters' dtype, one of `DTYPES` (default the weights':
+      config.json's dtype or torch_dtype, else the safetensors').
 
   Raises:
     FileExistsError: when `dst/params` already exists.
     FileNotFoundError, NotADirectoryError, PermissionError, ValueError: as
-      `check_source` and `check_destination`, before the model is read.
+      `check_dtype`, `check_source` and `check_destination`, before the model
+      is read.
   """
+  check_dtype(dtype)
   check_source(src)
   check_destination(dst, src=src)
   target = epath.Path(dst).absolute() / PARAMS  # orbax wants absolute paths
   if target.exists():
     raise FileExistsError(f"{target} exists; choose another destination")
-  config = hf.load_config(src)
+  dtype = dtype or hf.weights_dtype(src) or "float32"
   mesh = partitioning.make_mesh(mesh_shape)
-  shardings = partitioning.param_shardings(config, mesh)
-  config, params = hf.load_pretrained(src, shardings=shardings)
+  # The config as loaded (a tied config.json may load untied) is sharded.
+  config, params = hf.load_pretrained(
+      src, shardings=lambda c: partitioning.param_shardings(c, mesh),
+      param_dtype=dtype)
   # The small files first and the parameters last: an interrupted run leaves
   # no `params`, so the same command can run again.
   _copy_side_files(src, dst)
@@ -134,7 +145,12 @@ def hf_to_orbax(src: str, dst: str, *, mesh_shape: Sequence[int] = (1, -1, 1)
 
 def restore_params(src: str, *, mesh_shape: Sequence[int] = (1, -1, 1),
                    **overrides):
-  """(config, params) of an orbax parameter folder, sharded on a new mesh."""
+  """(config, params) of an orbax parameter folder, sharded on a new mesh.
+
+  The parameters keep the dtype config.json's torch_dtype names (the one
+  `hf_to_orbax` saved them in) unless `overrides` give a `param_dtype`.
+  """
+  overrides.setdefault("param_dtype", hf.weights_dtype(src) or "float32")
   config = hf.load_config(src, **overrides)
   mesh = partitioning.make_mesh(mesh_shape)
   abstract = checkpoints.abstract_tree(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import os
 import re
 import struct
@@ -287,6 +288,43 @@ def load_config(path: str, **overrides) -> model_lib.ModelConfig:
   return model_lib.ModelConfig.from_hf(hf_cfg, **overrides)
 
 
+# The floating dtypes a checkpoint's weights may be kept in.
+_FLOAT_DTYPES = ("float32", "bfloat16", "float16", "float64")
+
+
+def weights_dtype(path: str) -> str | None:
+  """The dtype a Hugging Face folder keeps its weights in.
+
+  config.json's `dtype` (transformers v5) or `torch_dtype` when it names a
+  float dtype, else that of `model.embed_tokens.weight` (or the first float
+  tensor) in the safetensors; None when neither tells (e.g. "auto" and no
+  safetensors).
+
+  Raises:
+    ValueError: naming the file, when config.json does not parse.
+  """
+  cfg = os.path.join(path, "config.json")
+  hf_cfg = _read_json(cfg) if os.path.exists(cfg) else {}
+  hf_cfg = hf_cfg if isinstance(hf_cfg, dict) else {}
+  for key in ("dtype", "torch_dtype"):
+    name = hf_cfg.get(key)
+    name = name.removeprefix("torch.") if isinstance(name, str) else name
+    if name in _FLOAT_DTYPES:
+      return name
+  try:
+    files = _safetensors_files(path)
+  except FileNotFoundError:
+    return None
+  floats = []
+  for f in files:
+    for name, array in read_safetensors(f).items():  # headers and a mmap
+      if array.dtype.name in _FLOAT_DTYPES:
+        if name == "model.embed_tokens.weight":
+          return array.dtype.name
+        floats.append(array.dtype.name)
+  return floats[0] if floats else None
+
+
 def _safetensors_files(path: str) -> list[str]:
   index = os.path.join(path, "model.safetensors.index.json")
   if os.path.exists(index):
@@ -304,14 +342,33 @@ def _safetensors_files(path: str) -> list[str]:
                           f"model.safetensors.index.json in {path!r}")
 
 
-def load_pretrained(path: str, *, shardings: Params | None = None,
-                    **overrides) -> tuple[model_lib.ModelConfig, Params]:
+def _equal(a: np.ndarray, b: np.ndarray, rows: int = 4096) -> bool:
+  """Whether `a` and `b` have equal shapes and values, compared a block of
+  rows at a time (no temporary as large as an embedding matrix)."""
+  if a.shape != b.shape:
+    return False
+  return all(np.array_equal(a[i:i + rows], b[i:i + rows])
+             for i in range(0, a.shape[0] if a.ndim else 1, rows))
+
+
+def load_pretrained(
+    path: str, *,
+    shardings: Params | Callable[[model_lib.ModelConfig], Params] | None = None,
+    **overrides) -> tuple[model_lib.ModelConfig, Params]:
   """Loads config and parameters from a Hugging Face folder.
+
+  Tied embeddings follow transformers: when config.json says
+  `tie_word_embeddings` but the checkpoint holds an `lm_head.weight` that
+  differs from `model.embed_tokens.weight`, the two are loaded untied (the
+  returned config says `tie_embeddings=False`); an `lm_head.weight` without
+  `model.embed_tokens.weight` serves as both.
 
   Args:
     path: folder with config.json and safetensors file(s).
-    shardings: optional tree of `jax.sharding.Sharding` like the params.
-    **overrides: ModelConfig fields to replace (e.g. dtype="bfloat16").
+    shardings: optional tree of `jax.sharding.Sharding` like the params, or
+      a function of the config that is loaded (tied or not) returning one.
+    **overrides: ModelConfig fields to replace (e.g. dtype="bfloat16"); an
+      explicit `tie_embeddings` is kept as given.
 
   Returns:
     (config, params).
@@ -320,6 +377,20 @@ def load_pretrained(path: str, *, shardings: Params | None = None,
   tensors: dict[str, np.ndarray] = {}
   for f in _safetensors_files(path):
     tensors.update(read_safetensors(f))
+  head = tensors.get("lm_head.weight")
+  if (config.tie_embeddings and head is not None
+      and "tie_embeddings" not in overrides):
+    embed = tensors.get("model.embed_tokens.weight")
+    if embed is None:  # transformers ties the other way round
+      tensors["model.embed_tokens.weight"] = head
+    elif not _equal(head, embed):
+      logging.warning(
+          "%s: config.json says tie_word_embeddings but the checkpoint's "
+          "lm_head.weight differs from model.embed_tokens.weight; loading "
+          "them untied, as transformers does", path)
+      config = config.replace(tie_embeddings=False)
+  if callable(shardings):
+    shardings = shardings(config)
 
   def get(name):
     if name not in tensors:

@@ -43,6 +43,9 @@ import numpy as np
 Params = dict[str, Any]
 
 FAMILIES = ("llama", "qwen2", "qwen3")
+# config.json keys with no default worth guessing: the weights' shapes.
+_REQUIRED_HF_KEYS = ("vocab_size", "hidden_size", "intermediate_size",
+                     "num_hidden_layers", "num_attention_heads")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,9 +99,10 @@ class ModelConfig:
     """Builds a config from a Hugging Face `config.json` dict.
 
     Raises:
-      ValueError: for an architecture other than Llama, Qwen2 or Qwen3, or a
-        feature this decoder does not implement (sliding window, mlp bias,
-        other RoPE types).
+      ValueError: for an architecture other than Llama, Qwen2 or Qwen3, a
+        missing size (vocab_size, hidden_size, intermediate_size,
+        num_hidden_layers, num_attention_heads), or a feature this decoder
+        does not implement (sliding window, mlp bias, other RoPE types).
     """
     family = hf.get("model_type")
     if family not in FAMILIES:
@@ -106,6 +110,10 @@ class ModelConfig:
       raise ValueError(
           f"unsupported architecture in config.json: model_type={family!r} "
           f"architectures={archs}; seed_jax supports {FAMILIES}")
+    missing = [k for k in _REQUIRED_HF_KEYS if hf.get(k) is None]
+    if missing:
+      raise ValueError(f"config.json lacks {', '.join(missing)}, which a "
+                       f"{family} model needs")
     if hf.get("use_sliding_window"):
       raise ValueError("config.json asks for sliding-window attention, "
                        "which seed_jax does not implement")
@@ -116,9 +124,13 @@ class ModelConfig:
     if act not in ("silu", "swish"):
       raise ValueError(f"config.json asks for hidden_act={act!r}; seed_jax "
                        "implements only silu")
-    rope = dict(hf.get("rope_parameters") or {})
     if hf.get("rope_scaling"):
-      rope.update(hf["rope_scaling"])
+      # transformers takes a legacy rope_scaling in place of rope_parameters
+      # (not merged into it); theta then comes from rope_scaling or the
+      # top-level rope_theta, never from the replaced rope_parameters.
+      rope = dict(hf["rope_scaling"])
+    else:
+      rope = dict(hf.get("rope_parameters") or {})
     theta = rope.get("rope_theta", hf.get("rope_theta", 10000.0))
     rope_type = rope.get("rope_type", rope.get("type", "default"))
     scaling = None

@@ -75,9 +75,11 @@ class Stage1Config:
                        f"(all at once), got {self.tasks_per_batch}")
 
 
-def _load_folder(folder: epath.Path) -> Policy:
+def _load_folder(folder: epath.Path, **overrides) -> Policy:
+  """The policy saved in `folder`; `overrides` are ModelConfig fields (the
+  compute dtype) that config.json does not keep."""
   tokenizer = hf.load_tokenizer(str(folder))  # first: it fails fast
-  config, params = hf.load_pretrained(str(folder))
+  config, params = hf.load_pretrained(str(folder), **overrides)
   return Policy(config, params, tokenizer)
 
 
@@ -119,10 +121,11 @@ def working():
 
 
 def _demo_policy(seed: int, demo_kwargs: dict[str, Any],
-                 cache_dir: str | None) -> Policy:
+                 cache_dir: str | None, **overrides) -> Policy:
   """The demo warm start, or its copy in `cache_dir` made by an earlier run
   with the same seed, arguments and `demo.VERSION` (methods compared on one
-  seed share it)."""
+  seed share it); `overrides` (ModelConfig fields, the compute dtype) apply
+  to either and do not key the cache."""
   from seed_jax import demo  # pylint: disable=g-import-not-at-top
   folder = None
   if cache_dir:
@@ -135,7 +138,7 @@ def _demo_policy(seed: int, demo_kwargs: dict[str, Any],
     folder = epath.Path(cache_dir) / f"demo_seed{seed}_{digest}"
     if (folder / "config.json").exists():
       logging.info("reusing the warm start in %s", folder)
-      policy = _load_folder(folder)
+      policy = _load_folder(folder, **overrides)
       policy.report = _load_report(folder)
       return policy
   with working():
@@ -144,6 +147,7 @@ def _demo_policy(seed: int, demo_kwargs: dict[str, Any],
   if folder is not None and jax.process_index() == 0:
     folder.parent.mkdir(parents=True, exist_ok=True)
     _save_folder(policy, folder)
+  policy.config = policy.config.replace(**overrides)
   return policy
 
 
@@ -244,7 +248,8 @@ def prepare(workdir, *, seed: int = 0, source: str = "demo",
     source: "demo" (a small decoder trained from scratch here), "hf" (the
       Hugging Face folder `model_dir`) or "gguf" (SmolLM2-135M-Instruct).
     model_dir: the folder for source="hf".
-    dtype: compute dtype override (e.g. "bfloat16").
+    dtype: compute dtype override (e.g. "bfloat16"), for every source and
+      for the policy reloaded from `workdir/policy` or `cache_dir`.
     stage1: run Stage 1 before RL (None: skip it, "SEED without Stage 1").
     env_name: the environment of Stage 1's rollouts.
     max_new_tokens: the per-turn response budget of Stage-1 rollouts.
@@ -273,14 +278,15 @@ def prepare(workdir, *, seed: int = 0, source: str = "demo",
                      f"run's env_name {env_name!r}")
   workdir = epath.Path(workdir)
   folder = workdir / "policy"
+  # The compute dtype is no part of config.json: a reload needs it too.
+  overrides = {"dtype": dtype} if dtype else {}
   if (folder / "config.json").exists():
     logging.info("reloading the prepared policy from %s", folder)
-    policy = _load_folder(folder)
+    policy = _load_folder(folder, **overrides)
     policy.report = _load_report(folder)
     return policy
-  overrides = {"dtype": dtype} if dtype else {}
   if source == "demo":
-    policy = _demo_policy(seed, demo_kwargs, cache_dir)
+    policy = _demo_policy(seed, demo_kwargs, cache_dir, **overrides)
   elif source == "hf":
     if not model_dir:
       raise ValueError("source='hf' needs model_dir (a Hugging Face folder)")

@@ -163,3 +163,58 @@ def test_a_failed_config_write_keeps_the_old_config(folders, tmp_path,
       ["hf_to_orbax", f"--src={folders[0]}", f"--dst={dst}"])
   assert (dst / "config.json").read_text() == "old"
   assert sorted(os.listdir(dst)) == ["config.json"]
+
+
+@pytest.mark.parametrize("says", ["torch_dtype", "dtype", "safetensors"])
+def test_the_weights_keep_their_dtype_both_ways(tmp_path, says):
+  # bfloat16 weights stay bfloat16 in orbax and back, not float32 (twice the
+  # size); the dtype comes from config.json (transformers v5 writes "dtype",
+  # earlier versions "torch_dtype") or else from the safetensors.
+  config = testing.tiny_config(family="qwen2")
+  src, ckpt, back = (str(tmp_path / n) for n in ("hf", "orbax", "back"))
+  hf.save_pretrained(src, config, model_lib.init_params(config,
+                                                        jax.random.key(1)),
+                     dtype="bfloat16")
+  with open(os.path.join(src, "config.json")) as f:
+    cfg = json.load(f)
+  del cfg["torch_dtype"]
+  if says != "safetensors":
+    cfg[says] = "bfloat16"
+  with open(os.path.join(src, "config.json"), "w") as f:
+    json.dump(cfg, f)
+  convert.main(["hf_to_orbax", f"--src={src}", f"--dst={ckpt}"])
+  restored_config, restored = convert.restore_params(ckpt)
+  assert restored_config.param_dtype == "bfloat16"
+  assert {str(x.dtype) for x in jax.tree.leaves(restored)} == {"bfloat16"}
+  convert.main(["orbax_to_hf", f"--src={ckpt}", f"--dst={back}"])
+  want = hf.read_safetensors(os.path.join(src, "model.safetensors"))
+  got = hf.read_safetensors(os.path.join(back, "model.safetensors"))
+  assert sorted(got) == sorted(want)
+  for name in want:
+    assert got[name].dtype == want[name].dtype, name
+    np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+  with open(os.path.join(back, "config.json")) as f:
+    assert json.load(f)["torch_dtype"] == "bfloat16"
+  # Asked otherwise: float32 parameters.
+  convert.hf_to_orbax(src, str(tmp_path / "f32"), dtype="float32")
+  _, restored = convert.restore_params(str(tmp_path / "f32"))
+  assert {str(x.dtype) for x in jax.tree.leaves(restored)} == {"float32"}
+
+
+def test_a_tied_config_with_its_own_lm_head_converts_untied(tmp_path):
+  # hf.load_pretrained loads it untied (as transformers); the shardings
+  # must be those of the config it loads.
+  config = testing.tiny_config(family="llama")
+  params = model_lib.init_params(config, jax.random.key(2))
+  src, ckpt = str(tmp_path / "hf"), str(tmp_path / "orbax")
+  hf.save_pretrained(src, config, params)
+  with open(os.path.join(src, "config.json")) as f:
+    cfg = json.load(f)
+  cfg["tie_word_embeddings"] = True
+  with open(os.path.join(src, "config.json"), "w") as f:
+    json.dump(cfg, f)
+  convert.hf_to_orbax(src, ckpt, mesh_shape=(1, 4, 2))
+  restored_config, restored = convert.restore_params(ckpt)
+  assert not restored_config.tie_embeddings
+  np.testing.assert_array_equal(np.asarray(restored["lm_head"]["kernel"]),
+                                np.asarray(params["lm_head"]["kernel"]))

@@ -5,9 +5,11 @@ import json
 import os
 import re
 
+import jax
 import pytest
 
 from seed_jax import hf
+from seed_jax import model as model_lib
 from seed_jax import policies
 from seed_jax import testing
 from seed_jax import tokenizer as tokenizer_lib
@@ -110,3 +112,53 @@ def test_prepare_reads_the_tokenizer_before_the_weights(tmp_path,
   with pytest.raises(RuntimeError, match="the weights"):
     policies.prepare(tmp_path / "w4", source="hf", model_dir=good)
   assert loads == [good]
+
+
+def _model_folder(path, vocab_size=300):
+  """A tiny Hugging Face folder with weights and a tokenizer."""
+  config = testing.tiny_config(vocab_size=vocab_size)
+  hf.save_pretrained(str(path), config,
+                     model_lib.init_params(config, jax.random.key(0)),
+                     tokenizer=_tokenizer(vocab_size))
+  return str(path)
+
+
+def test_a_reloaded_policy_keeps_the_dtype_override(tmp_path):
+  model_dir = _model_folder(tmp_path / "m")
+  work = tmp_path / "w"
+  first = policies.prepare(work, source="hf", model_dir=model_dir,
+                           dtype="bfloat16")
+  assert first.config.dtype == "bfloat16"
+  # After Stage 1 the policy is kept in workdir/policy; a resumed run with
+  # the same arguments reloads it, and must compute alike.
+  policies._save_folder(first, work / "policy")
+  again = policies.prepare(work, source="hf", model_dir=model_dir,
+                           dtype="bfloat16")
+  assert again.config == first.config
+  assert policies.prepare(work, source="hf",
+                          model_dir=model_dir).config.dtype == "float32"
+
+
+def test_a_demo_warm_start_keeps_the_dtype_override(tmp_path, monkeypatch):
+  from seed_jax import demo  # pylint: disable=g-import-not-at-top
+  config = testing.tiny_config(vocab_size=300)
+  params = model_lib.init_params(config, jax.random.key(0))
+  runs = []
+
+  def warm_start(**kwargs):
+    runs.append(kwargs)
+    return config, params, _tokenizer(), {"loss": 1.0}
+
+  monkeypatch.setattr(demo, "warm_start", warm_start)
+  cache = str(tmp_path / "cache")
+  fresh = policies.prepare(tmp_path / "w1", dtype="bfloat16", cache_dir=cache)
+  reloaded = policies.prepare(tmp_path / "w1", dtype="bfloat16",
+                              cache_dir=cache)  # from w1/policy
+  cached = policies.prepare(tmp_path / "w2", dtype="bfloat16",
+                            cache_dir=cache)  # from the cache
+  assert len(runs) == 1
+  for policy in (fresh, reloaded, cached):
+    assert policy.config.dtype == "bfloat16"
+    assert policy.config.param_dtype == "float32"
+  assert policies.prepare(tmp_path / "w3",
+                          cache_dir=cache).config.dtype == "float32"

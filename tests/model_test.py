@@ -381,3 +381,99 @@ def test_unsupported_config_fields_are_named():
   with pytest.raises(ValueError, match="low_freq_factor"):
     model_lib.ModelConfig.from_hf({**base, "rope_scaling": {
         "rope_type": "llama3", "factor": 8.0}})
+
+
+def _edit_config(path, **changes):
+  """Rewrites path/config.json with `changes` (None: the key removed)."""
+  cfg = json.loads((path / "config.json").read_text())
+  for k, v in changes.items():
+    if v is None:
+      cfg.pop(k, None)
+    else:
+      cfg[k] = v
+  (path / "config.json").write_text(json.dumps(cfg))
+
+
+def _transformers_load(path):
+  import torch  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+  return transformers.AutoModelForCausalLM.from_pretrained(
+      str(path), dtype=torch.float32).eval()
+
+
+_LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0, "original_max_position_embeddings": 16}
+
+
+@pytest.mark.parametrize("top_level_theta", [None, 1234.0])
+def test_a_legacy_rope_scaling_replaces_rope_parameters(tmp_path,
+                                                        top_level_theta):
+  # transformers takes rope_scaling instead of rope_parameters, theta too:
+  # rope_parameters' 500000 is not used, the top-level rope_theta or 10000 is.
+  _saved(tmp_path, "llama", dict(rope_theta=500000.0))
+  _edit_config(tmp_path, rope_scaling=_LLAMA3_ROPE, rope_theta=top_level_theta)
+  theirs = _transformers_load(tmp_path)
+  assert theirs.config.rope_parameters["rope_type"] == "llama3"
+  config, params = hf.load_pretrained(str(tmp_path))
+  assert config.rope_theta == (top_level_theta or 10000.0)
+  assert config.rope_scaling == model_lib.RopeScaling(
+      8.0, 1.0, 4.0, 16)
+  assert _logit_diff(theirs, config, params) <= 1e-4
+
+
+def test_a_legacy_rope_scaling_of_another_type_is_refused():
+  base = {"model_type": "llama", "vocab_size": 128, "hidden_size": 8,
+          "intermediate_size": 4, "num_hidden_layers": 1,
+          "num_attention_heads": 2,
+          "rope_parameters": {"rope_type": "default", "rope_theta": 1e4}}
+  # Merged into rope_parameters, its rope_type "default" won: a linear
+  # scaling was silently dropped.
+  with pytest.raises(ValueError, match="unsupported rope_type 'linear'"):
+    model_lib.ModelConfig.from_hf(
+        {**base, "rope_scaling": {"type": "linear", "factor": 4.0}})
+
+
+def test_a_config_without_a_size_is_named(tmp_path):
+  _saved(tmp_path, "qwen2", {})
+  _edit_config(tmp_path, intermediate_size=None, num_hidden_layers=None)
+  with pytest.raises(ValueError, match="config.json lacks intermediate_size, "
+                     "num_hidden_layers"):
+    hf.load_pretrained(str(tmp_path))
+
+
+def _rewrite_tensors(path, change):
+  """Rewrites path/model.safetensors with change(tensors) (a dict)."""
+  file = str(path / "model.safetensors")
+  tensors = {k: np.array(v) for k, v in hf.read_safetensors(file).items()}
+  change(tensors)
+  hf.write_safetensors(file, tensors)
+
+
+def test_a_tied_config_with_its_own_lm_head_loads_as_transformers(tmp_path):
+  # config.json says tied, the checkpoint has a distinct lm_head: transformers
+  # unties them and uses it.
+  _saved(tmp_path, "llama", {})
+  _edit_config(tmp_path, tie_word_embeddings=True)
+  theirs = _transformers_load(tmp_path)
+  config, params = hf.load_pretrained(str(tmp_path))
+  assert not config.tie_embeddings and "lm_head" in params
+  assert _logit_diff(theirs, config, params) <= 1e-4
+  # An explicit override is kept.
+  config, params = hf.load_pretrained(str(tmp_path), tie_embeddings=True)
+  assert config.tie_embeddings and "lm_head" not in params
+
+
+def test_a_tied_checkpoint_with_an_equal_or_only_lm_head_stays_tied(tmp_path):
+  _saved(tmp_path, "qwen2", dict(tie_word_embeddings=True))
+  embed = "model.embed_tokens.weight"
+  _rewrite_tensors(tmp_path, lambda t: t.update({"lm_head.weight": t[embed]}))
+  theirs = _transformers_load(tmp_path)
+  config, params = hf.load_pretrained(str(tmp_path))
+  assert config.tie_embeddings and "lm_head" not in params
+  assert _logit_diff(theirs, config, params) <= 1e-4
+  # Only lm_head.weight: transformers ties the embedding to it.
+  _rewrite_tensors(tmp_path, lambda t: t.pop(embed))
+  theirs = _transformers_load(tmp_path)
+  config, params = hf.load_pretrained(str(tmp_path))
+  assert config.tie_embeddings and "lm_head" not in params
+  assert _logit_diff(theirs, config, params) <= 1e-4
