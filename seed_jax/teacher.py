@@ -12,6 +12,7 @@ import http.client
 import json
 import logging
 import os
+import re
 import threading
 import time
 import urllib.error
@@ -32,6 +33,10 @@ _PERMANENT_5XX = frozenset({501, 505})
 # The endpoint refuses this one request (too long, malformed): the prompt
 # gets no reply and the others go on.
 _REJECT_STATUS = frozenset({400, 413, 422})
+# An HTTP error body is read this far for the server's message ("The model
+# `m` does not exist", "maximum context length is 4096 tokens").
+_ERROR_BODY_BYTES = 512
+_MESSAGE_CHARS = 300
 
 
 def _retryable(status: int) -> bool:
@@ -41,6 +46,14 @@ def _retryable(status: int) -> bool:
 
 def _check_base_url(base_url: str) -> None:
   """Raises ValueError unless `base_url` is http(s)://host[:port][/path]."""
+  # urllib sends the URL as it is: a non-ASCII character fails in the
+  # request line's encoding, whitespace splits it.
+  bad = [c for c in base_url if not " " < c <= "~"]
+  if bad:
+    raise ValueError(f"bad teacher base URL {base_url!r}: it has "
+                     f"{bad[0]!r}, which a URL cannot carry as it is "
+                     "(whitespace or beyond ASCII); percent-encode it in the "
+                     "path, give a host in its xn-- (punycode) form")
   parts = urllib.parse.urlsplit(base_url)
   try:
     port_ok = parts.port != 0  # None when not given
@@ -109,9 +122,63 @@ class _Retryable(Exception):
     self.reason, self.status, self.retry_after = reason, status, retry_after
 
 
+def _clean(text: str) -> str:
+  """`text` on one line (whitespace runs as one space), cut to
+  `_MESSAGE_CHARS`."""
+  text = " ".join("".join(c if c.isprintable() else " " for c in text).split())
+  return text if len(text) <= _MESSAGE_CHARS else (
+      text[:_MESSAGE_CHARS] + "...")
+
+
+def _error_message(data: Any) -> str | None:
+  """The message of an OpenAI-style error body, e.g. {"error": {"message":
+  ...}}, {"error": "..."}, or vLLM's and FastAPI's {"message"|"detail": ...};
+  None when `data` carries none."""
+  if not isinstance(data, dict):
+    return None
+  error = data.get("error")
+  if isinstance(error, dict):
+    error = error.get("message") or error.get("type") or error.get("code")
+  for value in (error, data.get("message"), data.get("detail")):
+    if isinstance(value, str) and value.strip():
+      return _clean(value)
+  return None
+
+
+def _error_body(e: urllib.error.HTTPError) -> str:
+  """What the server said with an HTTP error: the message of a JSON error
+  body, else the body's start; "" when it sent nothing readable. Reads at
+  most `_ERROR_BODY_BYTES`."""
+  try:
+    raw = e.read(_ERROR_BODY_BYTES) if e.fp is not None else b""
+  except (OSError, http.client.HTTPException, ValueError):
+    return ""
+  text = (raw or b"").decode("utf-8", errors="replace")
+  try:
+    message = _error_message(json.loads(text))
+  except ValueError:  # not JSON, or cut short by the limit
+    message = None
+    found = re.search(r'"message"\s*:\s*"((?:[^"\\]|\\.)*)', text)
+    if found:  # the string's escapes undone, unless it is cut in one
+      try:
+        message = _clean(json.loads(f'"{found.group(1)}"'))
+      except ValueError:
+        message = _clean(found.group(1))
+  return message if message is not None else _clean(text)
+
+
 def _content(body: bytes) -> str:
-  """The first choice's message text of a chat-completions response."""
+  """The first choice's message text of a chat-completions response.
+
+  Raises:
+    _Retryable: the body is an error object (some proxies answer HTTP 200
+      with {"error": {...}}), naming its message.
+  """
   data = json.loads(body.decode("utf-8", errors="replace"))
+  if isinstance(data, dict) and "choices" not in data:
+    message = _error_message(data)
+    if message is not None:
+      raise _Retryable(f"HTTP 200 with an error body: {message}", 200)
   content = data["choices"][0]["message"].get("content")
   if isinstance(content, list):  # content parts
     content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
@@ -239,6 +306,9 @@ class OpenAITeacher:
         body = response.read()
     except urllib.error.HTTPError as e:
       reason = f"HTTP {e.code} {e.reason}"
+      said = _error_body(e) if not 300 <= e.code < 400 else ""
+      if said:
+        reason = f"{reason}: {said}"
       if 300 <= e.code < 400:
         raise TeacherUnavailableError(
             self.url, 1, f"{reason}: the endpoint redirects to "

@@ -29,6 +29,7 @@ class _Stub:
   "DENY": answers 401.
   "REJECT": answers 400 (a request the endpoint refuses).
   "MOVED": answers 301 to another host.
+  "SAYS<nnn>": answers HTTP nnn with the body in `says` (every time).
   "SLOW": waits until two requests have been in flight at once (at most
     1 s), then 50 ms more (to observe concurrency on a loaded machine too).
   Otherwise: a fenced JSON analysis.
@@ -39,6 +40,7 @@ class _Stub:
     self.seen: dict[str, int] = {}
     self.requests: list[dict] = []
     self.in_flight = self.max_in_flight = 0
+    self.says: dict | bytes = b""
 
 
 def _handler(stub):
@@ -87,6 +89,9 @@ def _handler(stub):
       for k in range(1, 4):
         if f"FAIL{k}" in prompt and n <= k:
           return 500, {"error": "boom"}
+      says = re.search(r"SAYS(\d{3})", prompt)
+      if says:
+        return int(says.group(1)), stub.says
       code = re.search(r"CODE(\d{3})", prompt)
       if code and n == 1:
         return int(code.group(1)), {"error": "scripted"}
@@ -198,6 +203,55 @@ def test_transient_5xx_are_retried_but_not_501_or_505(server):
   assert teacher.requests == 12
 
 
+@pytest.mark.parametrize("code,error", [
+    (404, TeacherUnavailableError), (401, TeacherUnavailableError),
+    (400, TeacherRejectedError)])
+def test_an_http_error_names_the_servers_message(server, code, error):
+  server.says = {"error": {"message": f"The model `stub-model` does not "
+                           f"exist ({code})", "type": "NotFoundError"}}
+  teacher = _teacher(server.base_url, max_retries=2)
+  with pytest.raises(error, match=rf"HTTP {code} [A-Za-z ]+: The model "
+                     rf"`stub-model` does not exist \({code}\)$"):
+    teacher.complete(f"SAYS{code}")
+  assert teacher.requests == 1  # still not retried
+
+
+def test_an_http_error_body_is_read_only_in_part(server):
+  teacher = _teacher(server.base_url, max_retries=0)
+  # vLLM's error shape; a long message is cut.
+  server.says = {"object": "error", "message": "maximum context length is "
+                 "4096 tokens " + "x" * 5000, "code": 400}
+  with pytest.raises(TeacherRejectedError, match="HTTP 400 Bad Request: max"
+                     r"imum context length is 4096 tokens x+\.\.\.$") as info:
+    teacher.complete("SAYS400")
+  assert len(info.value.reason) < 400
+  # A JSON body cut by the read limit still gives its message.
+  server.says = ('{"error": {"message": "context\\n too \\"long\\"", '
+                 '"pad": "' + "p" * 5000 + '"}}').encode()
+  with pytest.raises(TeacherRejectedError, match=r'context too "long"$'):
+    teacher.complete("SAYS400")
+  # Not JSON: the start of the text, on one line.
+  server.says = b"<html>\n<h1>502  Bad\tGateway</h1>" + b" " * 100_000
+  with pytest.raises(TeacherUnavailableError,
+                     match=r"HTTP 502 Bad Gateway: <html> <h1>502 Bad "
+                     r"Gateway</h1>$"):
+    teacher.complete("SAYS502")
+  server.says = b""  # nothing said: the status alone
+  with pytest.raises(TeacherUnavailableError, match=r"HTTP 503 Service "
+                     r"Unavailable$"):
+    teacher.complete("SAYS503")
+
+
+def test_a_200_with_an_error_body_names_its_message(server):
+  server.says = {"error": {"message": "rate limited by upstream provider",
+                           "code": 429}}
+  teacher = _teacher(server.base_url, max_retries=1)
+  with pytest.raises(TeacherUnavailableError, match="after 2 attempts: HTTP "
+                     "200 with an error body: rate limited by upstream "
+                     "provider$"):
+    teacher.complete("SAYS200")
+
+
 def test_malformed_body_is_retried_then_fails(server):
   teacher = _teacher(server.base_url, max_retries=2, backoff=1.0)
   with pytest.raises(TeacherUnavailableError, match="malformed response"):
@@ -273,10 +327,23 @@ def test_a_redirect_is_not_followed(server):
     "127.0.0.1:8000/v1", "ftp://127.0.0.1/v1", "http:///v1",
     "http://127.0.0.1:99999/v1", "http://127.0.0.1:abc/v1",
     "http://127.0.0.1:0/v1", "http://127.0.0.1:8000/v1?key=1",
-    "http://127.0.0.1:8000/v1#frag"])
+    "http://127.0.0.1:8000/v1#frag", "http://127.0.0.1:8000/v1/mod\u00e8le",
+    "http://127.0.0.1:8000/v1 x", "http://127.0.0.1:8000/v1\n",
+    "http://h\u00f4te.example/v1"])
 def test_bad_base_url_is_a_clear_error(url):
   with pytest.raises(ValueError, match=re.escape(f"base URL {url!r}")):
     OpenAITeacher(url, "m")
+
+
+def test_a_base_url_a_request_cannot_carry_names_the_character():
+  # Once accepted, these failed on the first request: a UnicodeEncodeError,
+  # or an InvalidURL retried as if the endpoint were down.
+  with pytest.raises(ValueError, match="has '\u00e8', which a URL cannot "
+                     "carry.*percent-encode"):
+    OpenAITeacher("http://127.0.0.1:1/v1/mod\u00e8le", "m")
+  with pytest.raises(ValueError, match="has ' ', which a URL cannot carry"):
+    OpenAITeacher("http://127.0.0.1:1/v1 x", "m")
+  OpenAITeacher("http://127.0.0.1:1/v1/mod%C3%A8le", "m")  # encoded: fine
 
 
 def test_api_key_a_header_cannot_carry_is_a_clear_error(monkeypatch):
