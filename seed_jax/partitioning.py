@@ -4,6 +4,19 @@ Model code names logical axes only (`embed`, `mlp`, `heads`, `kv_heads`,
 `vocab`, `batch`, ...). This module maps them onto a mesh with axes
 (data, fsdp, tensor) through a rule table, builds shardings from shapes, and
 initializes or places parameters directly into their shards.
+
+Parameters are fully sharded (FSDP) through their `embed` dimension: every
+weight matrix has one, and the hidden size is usually a power-of-two multiple
+that divides the `fsdp` axis. When it does not (a hidden size of 3,584 on a
+24-way or 12-way `fsdp` axis, say: 3 nodes of 8 GPUs), `param_shardings`
+splits another dimension of that parameter over `fsdp` instead: the largest
+one that is not sharded already (over `tensor`), is not the scanned `layers`
+axis, and divides the `fsdp` size (`mlp`, `vocab`, `heads`, `head_dim`, ...).
+A parameter with no such dimension is replicated over `fsdp` (logged) when it
+is at most `MAX_REPLICATED_BYTES` (the norm scales); a larger one is an
+error: a `ValueError` that names the parameters, their shapes and the meshes
+of the same devices that would shard every parameter. Where `embed` divides
+`fsdp` the layout is exactly the rule table's.
 """
 
 from __future__ import annotations
@@ -21,10 +34,19 @@ from seed_jax import model as model_lib
 
 MESH_AXES = ("data", "fsdp", "tensor")
 
+# A parameter replicated over the fsdp axis (no dimension of it divides that
+# axis) may be at most this large; a larger one makes `param_shardings` raise
+# rather than silently keep a whole copy on every device.
+MAX_REPLICATED_BYTES = 16 << 20
+# Never the fallback fsdp dimension: the decoder scans over the stacked
+# layers, and a scan over a sharded axis would gather the whole stack.
+_NO_FSDP_FALLBACK = frozenset({"layers"})
+
 # Logical axis -> mesh axis (or tuple of axes, or None for replicated).
 # A dimension whose size the mesh axes do not divide is replicated instead
 # (SmolLM2's 9 heads on a 2-way tensor axis, say): correct everywhere, and
-# the table stays one table for every model.
+# the table stays one table for every model. A parameter's `fsdp` moves to
+# another dimension instead (`param_shardings`, see the module doc).
 DEFAULT_RULES: tuple[tuple[str, Any], ...] = (
     ("batch", ("data", "fsdp")),
     ("vocab", "tensor"),
@@ -102,39 +124,163 @@ def _log_replicated(name: str, dim: int, axes: tuple[str, ...],
                   "ways): replicated there", name, dim, "x".join(axes), size)
 
 
+def _spec(names: Sequence[str | None], shape: Sequence[int] | None,
+          sizes: Any, rules) -> tuple[list[Any], list[Any]]:
+  """The rule table's spec (as a list) and the dimensions it replicated
+  because their mesh axes do not divide them: (dim, axes, ways) each."""
+  table = dict(rules)
+  used: set[str] = set()
+  spec: list[Any] = []
+  dropped = []
+  for i, name in enumerate(names):
+    axes = table.get(name) if name is not None else None
+    flat = (axes,) if isinstance(axes, str) else tuple(axes or ())
+    flat = tuple(a for a in flat if a not in used and sizes.get(a, 1) > 1)
+    size = math.prod(sizes[a] for a in flat)
+    if flat and shape is not None and shape[i] % size:
+      dropped.append((i, flat, size))
+    if not flat or (shape is not None and shape[i] % size):
+      spec.append(None)
+      continue
+    used.update(flat)
+    spec.append(flat[0] if len(flat) == 1 else flat)
+  return spec, dropped
+
+
 def logical_to_spec(names: Sequence[str | None], shape: Sequence[int] | None,
                     mesh: Mesh, rules=DEFAULT_RULES) -> P:
   """PartitionSpec for an array with the given logical axis names.
 
   A mesh axis is used at most once; a dimension the mesh axes do not divide
   is replicated (logged once per kind of dimension: it costs memory).
+  Parameters go through `param_shardings`, which also moves `fsdp` to
+  another dimension when `embed` does not divide it.
   """
-  table = dict(rules)
-  used: set[str] = set()
-  spec = []
-  for i, name in enumerate(names):
-    axes = table.get(name) if name is not None else None
-    flat = (axes,) if isinstance(axes, str) else tuple(axes or ())
-    flat = tuple(a for a in flat if a not in used and mesh.shape.get(a, 1) > 1)
-    size = _mesh_axes_size(mesh, flat)
-    if flat and shape is not None and shape[i] % size:
-      _log_replicated(name, shape[i], flat, size)
-    if not flat or (shape is not None and shape[i] % size):
-      spec.append(None)
-      continue
-    used.update(flat)
-    spec.append(flat[0] if len(flat) == 1 else flat)
+  spec, dropped = _spec(names, shape, mesh.shape, rules)
+  for i, axes, size in dropped:
+    _log_replicated(names[i], shape[i], axes, size)
   return P(*spec)
+
+
+def _param_spec(names: Sequence[str | None], shape: Sequence[int],
+                sizes: Any, rules) -> tuple[list[Any], list[Any], bool]:
+  """A parameter's spec, with `fsdp` moved off an `embed` (or any rule's)
+  dimension it does not divide onto one it does (see the module doc).
+
+  Returns (spec, dropped, stuck): `dropped` as `_spec`'s, less what found a
+  place; `stuck` when the rules wanted `fsdp` here and no dimension takes it.
+  """
+  spec, dropped = _spec(names, shape, sizes, rules)
+  fsdp = sizes.get("fsdp", 1)
+  wanted = [d for d in dropped if "fsdp" in d[1]]
+  if fsdp == 1 or not wanted or any(
+      "fsdp" in ((a,) if isinstance(a, str) else tuple(a or ()))
+      for a in spec):
+    return spec, dropped, False
+  free = [i for i, name in enumerate(names)
+          if spec[i] is None and name not in _NO_FSDP_FALLBACK
+          and shape[i] % fsdp == 0]
+  if not free:
+    return spec, dropped, True
+  best = max(free, key=lambda i: (shape[i], -i))  # the largest, then first
+  spec[best] = "fsdp"
+  rest = []
+  for i, axes, size in dropped:
+    axes = tuple(a for a in axes if a != "fsdp")
+    if axes:
+      rest.append((i, axes, math.prod(sizes[a] for a in axes)))
+  return spec, rest, False
+
+
+def _stuck_params(leaves, sizes, rules) -> list[tuple[str, Any, Any, int]]:
+  """The parameters above `MAX_REPLICATED_BYTES` that `fsdp` cannot split."""
+  out = []
+  for path, s, names in leaves:
+    _, _, stuck = _param_spec(names, s.shape, sizes, rules)
+    nbytes = math.prod(s.shape) * np.dtype(s.dtype).itemsize
+    if stuck and nbytes > MAX_REPLICATED_BYTES:
+      out.append((path, s.shape, names, nbytes))
+  return out
+
+
+def _meshes_that_shard(leaves, mesh: Mesh, rules) -> list[tuple[int, int, int]]:
+  """(data, fsdp, tensor) sizes of `mesh`'s devices, its tensor size kept,
+  with fsdp > 1 and every parameter sharded; the largest fsdp first."""
+  n, t = mesh.size, mesh.shape.get("tensor", 1)
+  found = []
+  for f in range(n // t, 1, -1):
+    if n % (t * f) == 0 and not _stuck_params(
+        leaves, {"data": n // (t * f), "fsdp": f, "tensor": t}, rules):
+      found.append((n // (t * f), f, t))
+  return found
+
+
+@functools.lru_cache(maxsize=None)
+def _log_moved(name: str, dim: int, size: int) -> None:
+  logging.info("%s dimension %d does not divide the %d-way fsdp axis: those "
+               "parameters shard over fsdp on another dimension", name, dim,
+               size)
 
 
 def param_shardings(config: model_lib.ModelConfig, mesh: Mesh,
                     rules=DEFAULT_RULES) -> Any:
-  """NamedSharding for every parameter, from shapes only."""
+  """NamedSharding for every parameter, from shapes only.
+
+  `fsdp` goes on each parameter's `embed` dimension, or where that does not
+  divide it, on another dimension that does (see the module doc).
+
+  Raises:
+    ValueError: a parameter larger than `MAX_REPLICATED_BYTES` that no
+      dimension of splits over `fsdp` (it would be whole on every device);
+      the message names them and meshes that would work.
+  """
   shapes = model_lib.param_shapes(config)
   axes = model_lib.logical_axes(config)
-  return jax.tree.map(
-      lambda s, a: NamedSharding(mesh, logical_to_spec(a, s.shape, mesh, rules)),
-      shapes, axes, is_leaf=lambda x: isinstance(x, tuple))
+  is_names = lambda x: isinstance(x, tuple)
+  flat_axes, _ = jax.tree.flatten(axes, is_leaf=is_names)
+  leaves = [(jax.tree_util.keystr(path, simple=True, separator="/"), s, a)
+            for (path, s), a in zip(jax.tree_util.tree_leaves_with_path(shapes),
+                                    flat_axes)]
+  sizes = dict(mesh.shape)
+  stuck = _stuck_params(leaves, sizes, rules)
+  if stuck:
+    shown = "; ".join(f"{path} {tuple(shape)} {tuple(names)} "
+                      f"({nbytes / 2**30:.2f} GiB)"
+                      for path, shape, names, nbytes in stuck[:4])
+    if len(stuck) > 4:
+      shown += f"; and {len(stuck) - 4} more"
+    good = _meshes_that_shard(leaves, mesh, rules)[:3]
+    tensor = sizes.get("tensor", 1)
+    if good:
+      advice = ("a mesh of these devices that shards every parameter, "
+                "(data, fsdp, tensor) = " +
+                " or ".join(str(m) for m in good))
+    else:
+      advice = (f"another tensor size: no (data, fsdp, {tensor}) mesh of "
+                f"these devices with fsdp > 1 shards every parameter (fsdp "
+                f"= 1, ({mesh.size // tensor}, 1, {tensor}), keeps a whole "
+                "copy on each device, on purpose)")
+    raise ValueError(
+        f"{len(stuck)} parameter(s) of the model do not split over the "
+        f"{sizes['fsdp']}-way fsdp axis of mesh {sizes}: no dimension of "
+        f"theirs divides {sizes['fsdp']} (`layers` and dimensions split over "
+        "`tensor` aside), so each would be whole on every device (each is "
+        f"above partitioning.MAX_REPLICATED_BYTES, {MAX_REPLICATED_BYTES} "
+        "bytes): "
+        f"{shown}. Use {advice}")
+
+  def one(s, names):
+    spec, dropped, _ = _param_spec(names, s.shape, sizes, rules)
+    for i, ax, size in dropped:
+      _log_replicated(names[i], s.shape[i], ax, size)
+    if "fsdp" in spec:  # placed by the fallback where the rules' dimension
+      for i, ax, _ in _spec(names, s.shape, sizes, rules)[1]:  # refused it
+        if "fsdp" in ax:
+          _log_moved(names[i], s.shape[i], sizes["fsdp"])
+    return NamedSharding(mesh, P(*spec))
+
+  specs = [one(s, names) for _, s, names in leaves]
+  return jax.tree.unflatten(jax.tree.structure(shapes), specs)
 
 
 def sharded_init(config: model_lib.ModelConfig, rng: jax.Array, mesh: Mesh,
