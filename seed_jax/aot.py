@@ -4,11 +4,17 @@ Lowers and compiles `train_step.train_step` for a target mesh built from fake
 CPU devices, one per chip of the topology, and `sampler.sample` as the
 trainer runs it: on one chip per host, with a full copy of the parameters
 (`RLTrainer.local_params`) beside that chip's shard of the training state.
-It reports XLA's per-device memory (arguments, outputs, temporaries,
-generated code) against the chip's HBM. No weights are allocated:
-parameters, optimizer state and batches are `ShapeDtypeStruct`s with
-shardings. The KV cache is counted in the model's compute dtype, as on an
-accelerator (on CPU the sampler keeps it in float32).
+It also compiles `scorer.score_dual` as the trainer scores each mini-batch
+after the rollouts (old and skill log-probs in one call, the larger of its
+scoring calls), beside the resident training state. It reports XLA's
+per-device memory (arguments, outputs, temporaries, generated code) against
+the chip's HBM, and adds the KL reference's shard to all three peaks:
+`train.py` keeps a copy of the Stage-1 parameters on the mesh, sharded like
+the state's, for the whole run (placed, restored and checkpointed whether or
+not `kl_coef` reads it). No weights are allocated: parameters, optimizer
+state and batches are `ShapeDtypeStruct`s with shardings. The KV cache is
+counted in the model's compute dtype, as on an accelerator (on CPU the
+sampler keeps it in float32).
 
   python -m seed_jax.aot --model=qwen2_5_3b --topology=v5p-8
   python -m seed_jax.aot --model=qwen2_5_7b --topology=v4-16 --mesh=1,4,2 \
@@ -38,6 +44,7 @@ from seed_jax import checkpoints
 from seed_jax import model as model_lib
 from seed_jax import partitioning
 from seed_jax import sampler as sampler_lib
+from seed_jax import scorer as scorer_lib
 from seed_jax import train_step as ts
 from seed_jax import trainer as trainer_lib
 
@@ -150,6 +157,31 @@ def compile_train_step(config, mesh, *, batch: int, prompt_len: int,
   return step.lower(state, mb).compile()
 
 
+def compile_scorer(config, mesh, *, batch: int, prompt_len: int,
+                   response_len: int):
+  """`scorer.score_dual` as `RLTrainer.build_batch` runs it: parameters
+  sharded like the state's, `batch` rows (a mini-batch) over the data axes,
+  both contexts padded to `prompt_len`; compiled."""
+  psh = partitioning.param_shardings(config, mesh)
+  params = checkpoints.abstract_tree(model_lib.param_shapes(config), psh)
+  rows = partitioning.batch_sharding(mesh, 2)
+  rep = partitioning.replicated(mesh)
+  at = dict(config=config, temperature=trainer_lib.RLConfig().temperature)
+  dual = jax.jit(lambda p, *a: scorer_lib.score_dual(p, *a, **at),
+                 in_shardings=(psh,) + (rows,) * 6, out_shardings=(rep, rep))
+  i32 = jnp.int32
+  prompt = _sds((batch, prompt_len), i32, rows)
+  response = _sds((batch, response_len), i32, rows)
+  return dual.lower(params, prompt, prompt, prompt, prompt, response,
+                    response).compile()
+
+
+def per_device_bytes(tree: Any) -> int:
+  """Bytes one device holds of a tree of sharded `ShapeDtypeStruct`s."""
+  return sum(math.prod(x.sharding.shard_shape(x.shape)) * x.dtype.itemsize
+             for x in jax.tree.leaves(tree))
+
+
 def compile_sampler(config, device: jax.Device, *, batch: int,
                     prompt_len: int, max_new_tokens: int):
   """`sampler.sample` (temperature 1) as the trainer calls it: every
@@ -175,7 +207,8 @@ def fit_report(config: model_lib.ModelConfig, *, topology: str,
                response_len: int = 256, sample_batch: int = 128,
                max_new_tokens: int = 256, remat: bool = True,
                hbm_gib: float | None = None,
-               devices: Sequence[jax.Device] | None = None) -> dict[str, Any]:
+               devices: Sequence[jax.Device] | None = None,
+               reference: bool = True) -> dict[str, Any]:
   """Compiles both programs for `topology` and compares memory with HBM.
 
   Args:
@@ -189,15 +222,23 @@ def fit_report(config: model_lib.ModelConfig, *, topology: str,
     remat: rematerialize decoder blocks in the backward pass.
     hbm_gib: per-chip memory (default the topology's).
     devices: the devices to use (default the first `chips` of this host).
+    reference: count the KL reference's parameter shard, which `train.py`
+      keeps on the mesh for the whole run, in every peak.
 
   Returns:
     {"topology", "mesh", "hbm_bytes", "train_step": Memory,
+     "reference": per-device bytes of the reference parameters (0 without),
+     "train_peak" (the train step's peak plus the reference),
      "sampler": Memory (on one chip, the full parameters among its
      arguments), "rollout_peak" (that chip's training-state shard, which
-     stays resident, plus the sampler's peak), "fits": bool}.
+     stays resident, plus the reference's shard and the sampler's peak),
+     "scorer": Memory (`score_dual` over the mesh on a mini-batch),
+     "scoring_peak" (the optimizer state and reference shards beside it;
+     its arguments hold the parameters), "fits": bool (all three peaks fit)}.
 
   Raises:
-    ValueError: fewer devices than the topology's chips.
+    ValueError: fewer devices than the topology's chips; a mesh that
+      cannot shard the parameters (`partitioning.param_shardings`).
   """
   topo = TOPOLOGIES[topology]
   devices = list(devices if devices is not None else jax.devices())
@@ -213,13 +254,29 @@ def fit_report(config: model_lib.ModelConfig, *, topology: str,
   sample = Memory.of(compile_sampler(
       config, devices[0], batch=sample_batch, prompt_len=prompt_len,
       max_new_tokens=max_new_tokens))
+  score = Memory.of(compile_scorer(
+      config, mesh, batch=batch, prompt_len=prompt_len,
+      response_len=response_len))
+  tx = ts.make_optimizer(1e-6)
+  psh = partitioning.param_shardings(config, mesh)
+  params = per_device_bytes(checkpoints.abstract_tree(
+      model_lib.param_shapes(config), psh))
+  state = per_device_bytes(ts.abstract_state(
+      tx, config, ts.state_shardings(tx, psh, mesh)))
+  # The reference: a second copy of the parameters, sharded like the
+  # state's, resident on every chip from the start of the run to its end.
+  ref = params if reference else 0
   # The train step's arguments are the state shard (and one micro-batch):
-  # the state stays on the chip while it samples.
-  rollout = train.argument + sample.peak
+  # the state stays on the chip while it samples and while it scores.
+  rollout = train.argument + ref + sample.peak
+  scoring = state - params + ref + score.peak
+  train_peak = train.peak + ref
   hbm = int((topo.hbm_gib if hbm_gib is None else hbm_gib) * GIB)
   return {"topology": topology, "mesh": dict(mesh.shape), "hbm_bytes": hbm,
-          "train_step": train, "sampler": sample, "rollout_peak": rollout,
-          "fits": max(train.peak, rollout) <= hbm}
+          "train_step": train, "reference": ref, "train_peak": train_peak,
+          "sampler": sample, "rollout_peak": rollout, "scorer": score,
+          "scoring_peak": scoring,
+          "fits": max(train_peak, rollout, scoring) <= hbm}
 
 
 def _size(n: int) -> str:
@@ -233,13 +290,19 @@ def format_report(report: dict[str, Any]) -> str:
            f"{'per device':11s}" + "".join(
                f"{h:>12s}" for h in ("arguments", "outputs", "aliased",
                                      "temp", "code", "peak"))]
-  for name in ("train_step", "sampler"):
+  for name in ("train_step", "sampler", "scorer"):
     m = report[name]
     vals = (m.argument, m.output, m.alias, m.temp, m.code, m.peak)
     lines.append(f"{name:11s}" + "".join(f"{_size(v):>12s}" for v in vals))
-  lines.append(f"rollout, on the chip that samples: its state shard + the "
-               f"sampler's peak (full parameters) = "
+  ref = report["reference"]
+  plus = f" + the KL reference's shard ({_size(ref)})" if ref else ""
+  lines.append(f"train step: its peak{plus} = {_size(report['train_peak'])}")
+  lines.append(f"rollout, on the chip that samples: its state shard{plus} + "
+               f"the sampler's peak (full parameters) = "
                f"{_size(report['rollout_peak'])}")
+  lines.append(f"scoring: the optimizer state's shard{plus} + the scorer's "
+               f"peak (the parameters' shard) = "
+               f"{_size(report['scoring_peak'])}")
   lines.append("fits" if report["fits"] else "does NOT fit")
   return "\n".join(lines)
 

@@ -41,11 +41,14 @@ def test_tiny_train_step_and_sampler_fit_v4_16():
   # The sampler runs on one chip with every parameter, beside that chip's
   # state shard (as `RLTrainer.local_params` places them).
   assert report["sampler"].argument >= params
-  assert report["rollout_peak"] == train.argument + report["sampler"].peak
+  ref = report["reference"]
+  assert report["rollout_peak"] == (train.argument + ref
+                                    + report["sampler"].peak)
   assert report["fits"]
   # A chip that holds the state shard and the sampler apart but not together
   # does not fit.
-  need = max(train.peak, report["sampler"].peak)
+  need = max(report["train_peak"], report["sampler"].peak,
+             report["scoring_peak"])
   assert report["rollout_peak"] > need
   tight = aot.fit_report(config, topology="v4-16", mesh_shape=(2, 2, 2),
                          batch=8, micro_batches=2, prompt_len=32,
@@ -55,6 +58,45 @@ def test_tiny_train_step_and_sampler_fit_v4_16():
   text = aot.format_report(report)
   assert "train_step" in text and "sampler" in text and text.endswith("fits")
   assert aot.format_report(dict(report, fits=False)).endswith("does NOT fit")
+
+
+def test_the_kl_reference_counts_in_every_peak():
+  """train.py keeps the reference parameters on the mesh all run long: its
+  shard is in the train step's, the rollout's and the scoring peak."""
+  config = testing.tiny_config(family="qwen3")
+  kw = dict(topology="v4-16", mesh_shape=(1, 4, 2), batch=8, micro_batches=2,
+            prompt_len=32, response_len=16, sample_batch=8, max_new_tokens=8)
+  report = aot.fit_report(config, **kw)
+  mesh = partitioning.make_mesh((1, 4, 2))
+  shardings = partitioning.param_shardings(config, mesh)
+  shard = sum(math.prod(sh.shard_shape(s.shape)) * s.dtype.itemsize
+              for s, sh in zip(jax.tree.leaves(model_lib.param_shapes(config)),
+                               jax.tree.leaves(shardings)))
+  whole = sum(math.prod(s.shape) * s.dtype.itemsize
+              for s in jax.tree.leaves(model_lib.param_shapes(config)))
+  assert report["reference"] == shard and 0 < shard < whole / 4
+  train, score = report["train_step"], report["scorer"]
+  assert report["train_peak"] == train.peak + shard
+  assert report["rollout_peak"] == (train.argument + shard
+                                    + report["sampler"].peak)
+  # Scoring: the Adam moments (twice the parameters' shard, and a few
+  # scalar counts) and the reference beside score_dual, whose arguments hold
+  # the parameters.
+  assert 0 <= report["scoring_peak"] - (2 * shard + shard + score.peak) < 64
+  assert score.argument >= shard and score.peak > score.argument
+  without = aot.fit_report(config, reference=False, **kw)
+  assert without["reference"] == 0
+  assert without["train_peak"] == train.peak
+  assert without["rollout_peak"] == report["rollout_peak"] - shard
+  # A chip that holds everything but the reference does not fit.
+  peak = max(report["train_peak"], report["rollout_peak"],
+             report["scoring_peak"])
+  hbm = (peak - shard / 2) / 2**30
+  assert not aot.fit_report(config, hbm_gib=hbm, **kw)["fits"]
+  assert aot.fit_report(config, hbm_gib=hbm, reference=False, **kw)["fits"]
+  text = aot.format_report(report)
+  assert "the KL reference's shard" in text and "scorer" in text
+  assert "scoring: " in text
 
 
 def test_too_few_devices_is_a_clear_error():
