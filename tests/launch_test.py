@@ -230,6 +230,7 @@ def test_slurm_gpu_coordinates_on_the_first_node(fake_bin):
   assert lines == [
       "srun --nodes=2 --ntasks-per-node=1 --gpus-per-node=4 "
       "--kill-on-bad-exit=1 --export=ALL env -u SEED_PROCESS_ID "
+      "GIN_FILE=configs/experiments/tiny.gin WORKDIR=/shared/run "
       "SEED_COORDINATOR=gpu-a1:8476 SEED_NUM_PROCESSES=2 "
       "SEED_LOCAL_DEVICE_IDS=0,1,2,3 "
       "launch/run_host.sh \"--gin.VARIANT='grpo'\" --gin.NUM_UPDATES=3"]
@@ -238,6 +239,48 @@ def test_slurm_gpu_coordinates_on_the_first_node(fake_bin):
     res = _run(fake_bin, "slurm_gpu.sh", **{**slurm, name: value})
     assert res.returncode == 2 and res.stdout == ""
     assert f"{name} must be a positive integer, got '{value}'" in res.stderr
+
+
+def test_slurm_gpu_paths_are_the_callers(fake_bin, tmp_path):
+  """srun starts run_host.sh in the checkout; the caller's relative paths
+  still mean the caller's folder on every node."""
+  here = tmp_path / "here"
+  (here / "mine").mkdir(parents=True)
+  (here / "mine" / "a.gin").write_text("")
+  slurm = dict(SLURM_JOB_NODELIST="gpu-a[1-2]", SLURM_JOB_NUM_NODES="2")
+  line = _lines(_run(fake_bin, "slurm_gpu.sh", cwd=here, GIN_FILE="mine/a.gin",
+                     WORKDIR="runs/a", **slurm))[0]
+  words = shlex.split(line)
+  assert f"GIN_FILE={here}/mine/a.gin" in words
+  assert f"WORKDIR={here}/runs/a" in words
+  # Through an srun that, as Slurm's, runs the task in the folder srun was
+  # started in (the script's, the checkout), to the trainer's command line.
+  srun_bin = tmp_path / "srun_bin"
+  srun_bin.mkdir()
+  (srun_bin / "srun").write_text(
+      '#!/bin/bash\nwhile [[ "$1" == --* ]]; do shift; done\n'
+      'SLURM_PROCID=0 DRY_RUN=1 exec "$@"\n')
+  (srun_bin / "srun").chmod(0o755)
+  path = f"{srun_bin}{os.pathsep}{fake_bin}"
+
+  def trainer_args(gin_file, workdir):
+    words = shlex.split(_lines(_run(
+        path, "slurm_gpu.sh", "--gin.X=1", cwd=here, DRY_RUN="0",
+        GIN_FILE=gin_file, WORKDIR=workdir, **slurm))[0])
+    assert words[:3] == ["python3", "-m", "seed_jax.train"]
+    return words[3:]
+
+  assert trainer_args("mine/a.gin", "runs/a") == [
+      f"--gin_file={here}/mine/a.gin", f"--gin.WORKDIR='{here}/runs/a'",
+      "--gin.X=1"]
+  # A config that is not in the caller's folder is the checkout's; a bucket
+  # and an absolute path are left as they are.
+  args = trainer_args("configs/experiments/tiny.gin", "gs://bucket/run")
+  assert args[:2] == [
+      f"--gin_file={ROOT}/configs/experiments/tiny.gin",
+      "--gin.WORKDIR='gs://bucket/run'"]
+  assert trainer_args(f"{here}/mine/a.gin", "/shared/run")[:2] == [
+      f"--gin_file={here}/mine/a.gin", "--gin.WORKDIR='/shared/run'"]
 
 
 @pytest.mark.parametrize("script,args,drop", [
