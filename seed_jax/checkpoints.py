@@ -17,6 +17,10 @@ back: at 7B on network storage that is tens of GB per save) is added;
 `restore_latest` checks it, and a step whose files no longer match, or that
 fails to restore, is reported and skipped in favour of the step before it
 (then moved to `workdir/corrupt_checkpoints/`).
+
+On several processes, each reads its own shards without orbax's barriers and
+the processes then compare outcomes: a step that fails on any process is
+skipped (or raised) by all of them, so they always resume from the same step.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from seed_jax import atomic
+from seed_jax import distributed
 from seed_jax import model as model_lib
 
 ITEMS = ("state", "reference", "rng", "host")
@@ -54,6 +59,38 @@ class CorruptCheckpointError(RuntimeError):
 
 class CorruptCheckpointWarning(UserWarning):
   """A checkpoint step failed its file check or its restore and was skipped."""
+
+
+class RestoreError(RuntimeError):
+  """Another process failed to restore a step in a way that is not
+  corruption (raised on the processes that restored it themselves)."""
+
+
+@dataclasses.dataclass
+class _Attempt:
+  """One process's try at restoring one step.
+
+  kind: "ok"; "corrupt" (its files do not match the manifest); "mismatch"
+  (another model's checkpoint); "failed" (the restore raised; the step has
+  no checksums, so it may be damaged); "failed_verified" (the restore raised
+  although the files match their checksums: the caller's target is wrong).
+  """
+  kind: str
+  message: str = ""
+  restored: Any = None
+  error: BaseException | None = None
+
+
+def _is_collective_error(e: BaseException) -> bool:
+  """Whether `e` comes from a cross-process barrier or collective (processes
+  out of step, a peer gone), not from the checkpoint's files."""
+  text = str(e)
+  if isinstance(e, AssertionError) and "sync_global_devices" in text:
+    return True
+  runtime = getattr(jax.errors, "JaxRuntimeError", None)
+  return bool(runtime and isinstance(e, runtime) and any(
+      w in text for w in ("DEADLINE_EXCEEDED", "Barrier", "barrier",
+                          "coordination service", "collective")))
 
 
 @dataclasses.dataclass
@@ -281,6 +318,7 @@ class Checkpointer:
           enable_async_checkpointing=asynchronous)
     self._manager = ocp.CheckpointManager(self.directory, options=options,
                                           item_names=ITEMS)
+    self._reader = None  # see _read_manager
     self._closed = False
 
   def __enter__(self) -> "Checkpointer":
@@ -363,7 +401,36 @@ class Checkpointer:
       return
     self.wait()
     self._manager.close()
+    if self._reader is not None:
+      self._reader.close()
     self._closed = True
+
+  def _read_manager(self) -> ocp.CheckpointManager:
+    """A read-only manager whose restores skip orbax's barriers.
+
+    Orbax ends each restore with a barrier; a process whose restore raises
+    skips it, and the others, waiting there, would pair it with whatever
+    collective that process calls next. Restoring without barriers keeps
+    every restore local; the processes then agree on the outcome
+    (`_agree`), one collective that every process reaches.
+    """
+    if self._reader is None:
+      me = jax.process_index()
+      # Orbax warns that the directory is read only: only this manager is.
+      absl_logger = logging.getLogger("absl")
+      quiet = lambda record: not str(record.msg).startswith(
+          "Given directory is read only")
+      absl_logger.addFilter(quiet)
+      try:
+        self._reader = ocp.CheckpointManager(
+            self.directory, item_names=ITEMS,
+            options=ocp.CheckpointManagerOptions(
+                read_only=True, create=False, save_interval_steps=0,
+                multiprocessing_options=ocp.options.MultiprocessingOptions(
+                    primary_host=me, active_processes={me})))
+      finally:
+        absl_logger.removeFilter(quiet)
+    return self._reader
 
   def _write_manifests(self) -> None:
     if jax.process_index() == 0:
@@ -388,6 +455,9 @@ class Checkpointer:
     checksums (no manifest, or a size-only one) and fails to restore, is
     skipped with a `CorruptCheckpointWarning`; once an earlier step
     restores, skipped steps are moved to `workdir/corrupt_checkpoints/`.
+    On several processes, a step that fails so on any process is skipped by
+    all of them (the warning names the process), and the list of steps is
+    process 0's.
 
     Returns:
       The restored step, or None when the workdir holds no checkpoint.
@@ -396,40 +466,28 @@ class Checkpointer:
       ValueError: when the checkpoint was written for a different model
         config than this Checkpointer's; orbax's errors when an intact step
         does not fit `abstract_state`.
-      CorruptCheckpointError: when checkpoints exist but none restores.
+      RestoreError: on the other processes, when one process raised such an
+        error (that process raises its own).
+      CorruptCheckpointError: when checkpoints exist but none restores, or
+        a skipped step cannot be moved aside (on every process).
     """
     self.wait()
     self._manager.reload()
-    steps = sorted(self._manager.all_steps(), reverse=True)
+    self._read_manager().reload()
+    # Process 0's list: each process then tries the same steps in order.
+    steps = distributed.broadcast_object(
+        sorted(self._manager.all_steps(), reverse=True))
     skipped = []
     for step in steps:
-      step_dir = self.directory / str(step)
-      verified = _checksummed(step_dir)
-      problem = check_manifest(step_dir)
+      mine = self._attempt(step, abstract_state, abstract_reference)
+      problem = self._agree(step, mine, fall_back=True)
       if problem is None:
-        try:
-          host = self._manager.restore(step, args=ocp.args.Composite(
-              host=ocp.args.JsonRestore())).host
-          self._check_model(host.get("model_config"))
-          restored = self._restore(step, host, abstract_state,
-                                   abstract_reference)
-        except ModelMismatchError:
-          raise
-        except Exception as e:  # pylint: disable=broad-except
-          # Files that match their checksums are intact: the failure is the
-          # caller's (an abstract state of another structure, say). Sizes
-          # alone do not tell, so such a step falls back like one without
-          # a manifest.
-          if verified:
-            raise
-          problem = f"{type(e).__name__}: {e}"
-        else:
-          # Moved aside only now that an earlier step restored into the same
-          # target (so the target was not the problem), and so that the next
-          # save of those steps does not collide with them.
-          for bad in skipped:
-            self._quarantine(bad)
-          return restored
+        # Moved aside only now that an earlier step restored into the same
+        # target (so the target was not the problem), and so that the next
+        # save of those steps does not collide with them.
+        for bad in skipped:
+          self._quarantine(bad)
+        return mine.restored
       warnings.warn(f"checkpoint step {step} in {self.directory} is corrupt "
                     f"({problem}); falling back to an earlier step",
                     CorruptCheckpointWarning, stacklevel=2)
@@ -455,23 +513,103 @@ class Checkpointer:
       ValueError: when the step does not exist (the message lists the
         existing ones) or was written for a different model config.
       CorruptCheckpointError: when the step's files do not match its
-        manifest.
+        manifest (on any process).
+      RestoreError: on the other processes, when the restore raised on one
+        (that process raises its own error: orbax's, when the step does not
+        fit `abstract_state`).
     """
     self.wait()
     self._manager.reload()
-    steps = sorted(self._manager.all_steps())
+    self._read_manager().reload()
+    steps = distributed.broadcast_object(sorted(self._manager.all_steps()))
     if step not in steps:
       raise ValueError(f"no checkpoint step {step} in {self.directory}; the "
                        f"steps there are {steps}")
-    problem = check_manifest(self.directory / str(step))
+    mine = self._attempt(step, abstract_state, abstract_reference)
+    problem = self._agree(step, mine, fall_back=False)
     if problem is not None:
       raise CorruptCheckpointError(
           f"checkpoint step {step} in {self.directory} is corrupt "
-          f"({problem})")
-    host = self._manager.restore(step, args=ocp.args.Composite(
-        host=ocp.args.JsonRestore())).host
-    self._check_model(host.get("model_config"))
-    return self._restore(step, host, abstract_state, abstract_reference)
+          f"({problem})") from mine.error
+    return mine.restored
+
+  def _attempt(self, step: int, abstract_state: Any,
+               abstract_reference: Any) -> _Attempt:
+    """This process's restore of `step`, collective-free: its outcome."""
+    step_dir = self.directory / str(step)
+    try:
+      problem = check_manifest(step_dir)
+    except OSError as e:
+      problem = f"{type(e).__name__}: {e}"
+    if problem is not None:
+      return _Attempt("corrupt", problem)
+    try:
+      host = self._read_manager().restore(step, args=ocp.args.Composite(
+          host=ocp.args.JsonRestore())).host
+      self._check_model(host.get("model_config"))
+      restored = self._restore(step, host, abstract_state, abstract_reference)
+    except ModelMismatchError as e:
+      return _Attempt("mismatch", str(e), error=e)
+    except Exception as e:  # pylint: disable=broad-except
+      if _is_collective_error(e):
+        raise  # the processes are out of step: no verdict on the files
+      # Files that match their checksums are intact: the failure is the
+      # caller's (an abstract state of another structure, say). Sizes alone
+      # do not tell, so such a step falls back like one without a manifest.
+      kind = "failed_verified" if _checksummed(step_dir) else "failed"
+      return _Attempt(kind, f"{type(e).__name__}: {e}", error=e)
+    return _Attempt("ok", restored=restored)
+
+  def _agree(self, step: int, mine: _Attempt, *, fall_back: bool
+             ) -> str | None:
+    """Every process's outcome of `step`, one verdict for all of them.
+
+    A collective: every process calls it once per step tried.
+
+    Returns:
+      None when every process restored the step; else what went wrong, for
+      a step to skip (`fall_back`) or report.
+
+    Raises:
+      ModelMismatchError: another model's checkpoint, on any process.
+      Exception: a step that fails to restore although its files match
+        their checksums (or any failure, unless `fall_back`): the restore's
+        own error where it failed, RestoreError on the other processes.
+    """
+    outcomes = distributed.allgather_objects((mine.kind, mine.message))
+    several = len(outcomes) > 1
+
+    def named(kinds):  # "process 1: why", processes alike grouped
+      who = {}
+      for i, (k, m) in enumerate(outcomes):
+        if k in kinds:
+          who.setdefault(m, []).append(str(i))
+      if not several:
+        return "; ".join(who)
+      return "; ".join(
+          f"process{'es' if len(ids) > 1 else ''} {', '.join(ids)}: {m}"
+          for m, ids in who.items())
+
+    kinds = {k for k, _ in outcomes}
+    if kinds == {"ok"}:
+      return None
+    if "corrupt" in kinds:
+      return named({"corrupt"})
+    if "mismatch" in kinds:
+      if mine.error is not None:
+        raise mine.error
+      raise ModelMismatchError(next(m for k, m in outcomes
+                                    if k == "mismatch"))
+    # Raised, not skipped: a failure that the files' checksums clear, or
+    # any failure of a step asked for by number.
+    fatal = {"failed_verified"} if fall_back else {"failed", "failed_verified"}
+    if kinds & fatal:
+      if mine.kind in fatal:
+        raise mine.error
+      raise RestoreError(
+          f"checkpoint step {step} in {self.directory} failed to restore on "
+          f"another process ({named(fatal)})")
+    return named({"failed"})
 
   def _restore(self, step, host, abstract_state, abstract_reference):
     step_dir = self.directory / str(step)
@@ -481,7 +619,8 @@ class Checkpointer:
       items["reference"] = ocp.args.StandardRestore(abstract_reference)
     if (step_dir / "rng").exists():
       items["rng"] = ocp.args.StandardRestore()
-    out = self._manager.restore(step, args=ocp.args.Composite(**items))
+    out = self._read_manager().restore(step,
+                                       args=ocp.args.Composite(**items))
     rng = None
     if "rng" in items:
       rng = jnp.asarray(out.rng, jnp.uint32)
@@ -504,13 +643,32 @@ class Checkpointer:
         "or the checkpoint's model config")
 
   def _quarantine(self, step: int) -> None:
+    """Moves a skipped step to `workdir/corrupt_checkpoints/` (process 0),
+    every process told how that went.
+
+    Raises:
+      CorruptCheckpointError: on every process, when process 0 could not
+        move it (left in place, the step would be tried again and collide
+        with the next save of that step).
+    """
+    dest = self.workdir / "corrupt_checkpoints"
+    error, failure = None, None
     if jax.process_index() == 0:
-      dest = self.workdir / "corrupt_checkpoints"
-      dest.mkdir(parents=True, exist_ok=True)
-      (self.directory / str(step)).rename(
-          dest / f"{step}.{time.strftime('%Y%m%d-%H%M%S')}")
-    ocp.multihost.sync_global_processes(f"seed_jax_quarantine_{step}")
+      try:
+        dest.mkdir(parents=True, exist_ok=True)
+        (self.directory / str(step)).rename(
+            dest / f"{step}.{time.strftime('%Y%m%d-%H%M%S')}")
+      except BaseException as e:  # pylint: disable=broad-except
+        error, failure = e, f"{type(e).__name__}: {e}"
+    # Every process gets here, whatever happened on process 0: a collective
+    # (also the barrier after which the step is gone for everyone).
+    failure = distributed.broadcast_object(failure)
     self._manager.reload()
+    if failure is not None:
+      raise CorruptCheckpointError(
+          f"checkpoint step {step} in {self.directory} is corrupt and could "
+          f"not be moved to {dest} ({failure}); move or delete it, then "
+          "start again") from error
 
 
 class ModelMismatchError(ValueError):

@@ -23,6 +23,7 @@ from etils import epath
 import jax
 
 from seed_jax import annotators
+from seed_jax import distributed
 from seed_jax import hf
 from seed_jax import model as model_lib
 from seed_jax import rollout as rollout_lib
@@ -157,6 +158,37 @@ def _check_stage1_env(cfg: Stage1Config, env_name: str) -> None:
     annotators.check_env(env_name, "Stage 1 with annotator='rule'")
 
 
+def _stage1_dataset(records, data_dir: epath.Path, *, seed: int):
+  """Writes Stage 1's records as a dataset (process 0 alone: the workdir is
+  shared) and reads its train and validation splits on every process.
+
+  Raises:
+    what `stage1.write_dataset` raised, on process 0; on the others, an
+    error of the same kind (ValueError, OSError, else RuntimeError) naming
+    it: no process waits for a dataset that is not coming.
+  """
+  error, failure = None, None
+  if distributed.is_writer():
+    try:
+      stage1_lib.write_dataset(records, data_dir, seed=seed, overwrite=True)
+    except BaseException as e:  # pylint: disable=broad-except
+      kind = ("ValueError" if isinstance(e, ValueError) else
+              "OSError" if isinstance(e, OSError) else "RuntimeError")
+      error, failure = e, (kind, f"{type(e).__name__}: {e}")
+  # Every process gets here, the writer once its write is done or failed:
+  # the barrier before anyone reads.
+  failure = distributed.broadcast_object(failure)
+  if error is not None:
+    raise error
+  if failure is not None:
+    kind, message = failure
+    raise {"ValueError": ValueError, "OSError": OSError}.get(
+        kind, RuntimeError)(f"Stage 1's dataset in {data_dir} was not "
+                            f"written on process 0: {message}")
+  return (stage1_lib.read_dataset(data_dir, "train"),
+          stage1_lib.read_dataset(data_dir, "validation"))  # may be empty
+
+
 def run_stage1(policy: Policy, cfg: Stage1Config, workdir: epath.Path, *,
                env_name: str, max_new_tokens: int, seed: int = 0,
                teacher=None) -> Policy:
@@ -214,10 +246,7 @@ def run_stage1(policy: Policy, cfg: Stage1Config, workdir: epath.Path, *,
           annotator=cfg.annotator, max_new_tokens=max_new_tokens,
           teacher_model=None if cfg.annotator == "rule" else getattr(
               teacher, "model", None)))
-  data_dir = workdir / "stage1_data"
-  stage1_lib.write_dataset(records, data_dir, seed=seed, overwrite=True)
-  train = stage1_lib.read_dataset(data_dir, "train")
-  val = stage1_lib.read_dataset(data_dir, "validation")  # may be empty
+  train, val = _stage1_dataset(records, workdir / "stage1_data", seed=seed)
   print(f"stage 1: {len(train)} train / {len(val)} validation records "
         f"({stats}) in {time.time() - t0:.0f}s", flush=True)
   with working():

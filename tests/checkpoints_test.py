@@ -334,3 +334,27 @@ def test_size_only_manifests(tmp_path, monkeypatch):
   path = _largest_file(step_dir)
   os.truncate(path, os.path.getsize(path) // 2)
   assert "bytes" in checkpoints.check_manifest(step_dir)
+
+
+def test_a_collective_error_is_not_taken_for_corruption(saved, tmp_path,
+                                                        monkeypatch):
+  # A barrier that processes out of step fail says nothing about the files:
+  # it is raised, not a reason to skip step 3 (whose size-only manifest
+  # would let a real restore error fall back).
+  workdir = _copy(saved, tmp_path)
+  manifest = workdir / "checkpoints" / "3" / checkpoints.MANIFEST
+  manifest.write_text(json.dumps(
+      {k: [size, None] for k, (size, _) in
+       json.loads(manifest.read_text()).items()}))
+  real = checkpoints.Checkpointer._restore  # pylint: disable=protected-access
+
+  def out_of_step(self, step, *args):
+    if step == 3:
+      raise AssertionError("sync_global_devices name mismatch ('restore')")
+    return real(self, step, *args)
+
+  monkeypatch.setattr(checkpoints.Checkpointer, "_restore", out_of_step)
+  with checkpoints.Checkpointer(workdir, model_config=CONFIG) as ckpt:
+    with pytest.raises(AssertionError, match="name mismatch"):
+      ckpt.restore_latest(_abstract(_mesh())[0])
+    assert ckpt.all_steps() == [2, 3]  # nothing moved
