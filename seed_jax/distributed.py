@@ -59,8 +59,8 @@ def initialize(coordinator_address: str | None = None,
   Raises:
     ValueError: an address without the process count and id, more than one
       process without an address (or SEED_DISTRIBUTED=1), a
-      SEED_DISTRIBUTED that is neither true nor false, or device ids that
-      are not integers.
+      SEED_DISTRIBUTED that is neither true nor false, a process count, id
+      or device ids that are not integers, or an id outside [0, count).
   """
   env = os.environ if env is None else env
   address = coordinator_address or env.get("SEED_COORDINATOR") or None
@@ -93,7 +93,17 @@ def initialize(coordinator_address: str | None = None,
           "it, TPU VMs and Slurm)")
     return False
   if process_id is None and env.get("SEED_PROCESS_ID"):
-    process_id = int(env["SEED_PROCESS_ID"])
+    try:
+      process_id = int(env["SEED_PROCESS_ID"])
+    except ValueError:
+      raise ValueError(f"SEED_PROCESS_ID={env['SEED_PROCESS_ID']!r}: use "
+                       "this process's index, 0 to SEED_NUM_PROCESSES - 1"
+                       ) from None
+  if (process_id is not None and num_processes is not None
+      and not 0 <= process_id < num_processes):
+    raise ValueError(f"process id {process_id} (SEED_PROCESS_ID) is not in "
+                     f"[0, {num_processes}) for {num_processes} processes "
+                     "(SEED_NUM_PROCESSES)")
   if address is not None and (num_processes is None or process_id is None):
     raise ValueError(
         f"coordinator {address} given without the process count and id: set "

@@ -53,7 +53,8 @@ class NonFiniteError(RuntimeError):
 # or lacks room, a model folder without config.json, checkpoints of another
 # model or none that restores): `main` says it in one line, unless it was
 # raised by work under way (`policies.working`: the warm start, Stage 1, RL).
-START_ERRORS = (ValueError, OSError, checkpoints.CorruptCheckpointError)
+START_ERRORS = (ValueError, OSError, checkpoints.CorruptCheckpointError,
+                checkpoints.RestoreError)
 
 
 def _check_knobs(**knobs: int) -> None:
@@ -135,6 +136,8 @@ def train(workdir: str, *,
 
   Raises:
     KnobError: a count above out of its range (before any work).
+    ValueError: a mesh that does not fit the devices or the batch, or
+      several processes without one (before any work).
     ValueError, OSError, checkpoints.CorruptCheckpointError: a refused start
       (see START_ERRORS; a checkpoint past `num_updates` too), before
       config.gin is written, so that a resume refused leaves the run's
@@ -145,6 +148,10 @@ def train(workdir: str, *,
                max_to_keep=max_to_keep, keep_every=keep_every,
                eval_every=eval_every, eval_tasks=eval_tasks,
                max_consecutive_nonfinite=max_consecutive_nonfinite)
+  # The layout RLTrainer will use, checked before the minutes of the warm
+  # start and Stage 1.
+  mesh = partitioning.make_mesh(mesh_shape) if mesh_shape else None
+  trainer_lib.check_layout(rl, mesh, rollout_chunks)
   if "://" not in str(workdir):  # orbax needs absolute local paths
     workdir = os.path.abspath(workdir)
   workdir = epath.Path(workdir)
@@ -163,7 +170,6 @@ def train(workdir: str, *,
   with ckpt:
     tx = ts.make_optimizer(learning_rate, weight_decay=weight_decay,
                            grad_clip=grad_clip, warmup_steps=warmup_steps)
-    mesh = partitioning.make_mesh(mesh_shape) if mesh_shape else None
     rl_trainer = trainer_lib.RLTrainer(
         config, tokenizer, rl, env_name=env_name, tx=tx, mesh=mesh,
         rollout_chunks=rollout_chunks, env_kwargs=env_kwargs, teacher=teacher)
@@ -481,7 +487,10 @@ def console_logging() -> None:
 
 def main(argv=None) -> None:
   args = parse_flags(sys.argv[1:] if argv is None else argv)
-  distributed.initialize()  # multi-host when the launch asks (SEED_* env)
+  try:
+    distributed.initialize()  # multi-host when the launch asks (SEED_* env)
+  except ValueError as e:  # the SEED_* settings: named, one line
+    raise SystemExit(f"error: {e}") from None
   console_logging()
   try:
     parse_gin(args.gin_file, args.gin, finalize=True)

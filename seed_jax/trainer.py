@@ -155,6 +155,41 @@ def _pad_rows(arrays: dict[str, np.ndarray], multiple: int) -> dict[str, np.ndar
           for k, v in arrays.items()}
 
 
+def check_layout(rl: RLConfig, mesh: jax.sharding.Mesh | None,
+                 rollout_chunks: int | None = None,
+                 rules: Sequence[tuple[str, Any]] | None = None
+                 ) -> tuple[jax.sharding.Mesh, int]:
+  """The mesh (one device when None) and rollout chunks an RLTrainer uses.
+
+  `train` calls it before any work too, so that a layout the trainer would
+  refuse stops the start before the warm start and Stage 1.
+
+  Raises:
+    ValueError: several processes without a mesh, rollout chunks that do not
+      split the groups over the processes, or a mini-batch the mesh does not
+      split into micro-batches.
+  """
+  processes = jax.process_count()
+  if mesh is None and processes > 1:
+    raise ValueError(
+        f"{processes} processes need a training mesh over all of their "
+        "devices: set train.train.mesh_shape, e.g. (1, -1, 1)")
+  mesh = mesh or partitioning.make_mesh((1, 1, 1), jax.devices()[:1])
+  chunks = rollout_chunks or processes
+  if rl.num_groups % chunks or chunks % processes:
+    raise ValueError(
+        f"rollout_chunks={chunks} must divide num_groups={rl.num_groups} "
+        f"and be a multiple of the {processes} processes")
+  try:
+    partitioning.check_batch_split(mesh, rl.mini_batch_size,
+                                   rl.micro_batches,
+                                   rules or partitioning.DEFAULT_RULES)
+  except ValueError as e:
+    raise ValueError(f"RLConfig.mini_batch_size={rl.mini_batch_size}, "
+                     f"micro_batches={rl.micro_batches}: {e}") from None
+  return mesh, chunks
+
+
 def _in_chunks(fn: Callable[..., Any], arrays: Sequence[np.ndarray],
                rows: int) -> list[np.ndarray]:
   """Applies `fn` to row chunks of equal size (one compilation) and concats.
@@ -282,23 +317,7 @@ class RLTrainer:
             f"in mode {rl.analysis_mode!r} with "
             f"max_critical_steps={rl.max_critical_steps}; bind them alike")
     rules = rules or partitioning.DEFAULT_RULES
-    if mesh is None and jax.process_count() > 1:
-      raise ValueError(
-          f"{jax.process_count()} processes need a training mesh over all "
-          "of their devices: set train.train.mesh_shape, e.g. (1, -1, 1)")
-    self.mesh = mesh or partitioning.make_mesh((1, 1, 1), jax.devices()[:1])
-    self.chunks = rollout_chunks or jax.process_count()
-    if rl.num_groups % self.chunks or self.chunks % jax.process_count():
-      raise ValueError(
-          f"rollout_chunks={self.chunks} must divide num_groups="
-          f"{rl.num_groups} and be a multiple of the {jax.process_count()} "
-          "processes")
-    try:
-      partitioning.check_batch_split(self.mesh, rl.mini_batch_size,
-                                     rl.micro_batches, rules)
-    except ValueError as e:
-      raise ValueError(f"RLConfig.mini_batch_size={rl.mini_batch_size}, "
-                       f"micro_batches={rl.micro_batches}: {e}") from None
+    self.mesh, self.chunks = check_layout(rl, mesh, rollout_chunks, rules)
     self.policy = rollout_lib.Policy(
         model_config, tokenizer, max_new_tokens=rl.max_new_tokens,
         buckets=rl.prompt_buckets, min_rows=8,

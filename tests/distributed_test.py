@@ -66,3 +66,17 @@ def test_process_slice_is_contiguous_and_complete():
 def test_allgather_on_one_process():
   assert distributed.allgather_objects({"a": 1}) == [{"a": 1}]
   distributed.sync("noop")
+
+
+def test_a_bad_process_id_is_named(monkeypatch):
+  started = []
+  monkeypatch.setattr(jax.distributed, "initialize",
+                      lambda *a, **kw: started.append(a))
+  env = {"SEED_COORDINATOR": "127.0.0.1:1234", "SEED_NUM_PROCESSES": "2"}
+  with pytest.raises(ValueError, match=r"SEED_PROCESS_ID='one': use this "
+                     "process's index, 0 to SEED_NUM_PROCESSES - 1"):
+    distributed.initialize(env=dict(env, SEED_PROCESS_ID="one"))
+  with pytest.raises(ValueError, match=r"process id 2 \(SEED_PROCESS_ID\) is "
+                     r"not in \[0, 2\) for 2 processes \(SEED_NUM_PROCESSES\)"):
+    distributed.initialize(env=dict(env, SEED_PROCESS_ID="2"))
+  assert not started

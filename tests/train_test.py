@@ -339,3 +339,59 @@ def test_a_checkpoint_past_num_updates_is_refused(tmp_path):
                      "updates, or start in another workdir")
   assert (workdir / "config.gin").read_bytes() == before
   assert _updates(workdir) == [1, 2]
+
+
+@pytest.mark.parametrize("binding,message", [
+    ("--gin.train.train.mesh_shape=(3, 1, 1)", r"error: mesh .*3 devices"),
+    ("--gin.train.train.mesh_shape=(8, 1, 1)",
+     r"error: RLConfig\.mini_batch_size=4, micro_batches=2: a batch of 4 "
+     "rows does not split"),
+])
+def test_a_mesh_that_does_not_fit_is_one_line_before_any_work(
+    tmp_path, binding, message):
+  workdir = tmp_path / "run"
+  refused = _refused(workdir, binding)
+  assert re.match(message, refused) and "\n" not in refused, refused
+  assert not workdir.exists()  # nor the policy built: that comes later
+
+
+@pytest.mark.parametrize("mesh_shape,processes,message", [
+    ((3, 1, 1), 1, "needs 3 devices"),
+    ((8, 1, 1), 1, "a batch of 4 rows does not split"),
+    (None, 2, "2 processes need a training mesh"),
+])
+def test_the_mesh_is_checked_before_the_policy_is_built(
+    tmp_path, monkeypatch, mesh_shape, processes, message):
+  import jax  # pylint: disable=g-import-not-at-top
+  from seed_jax import trainer  # pylint: disable=g-import-not-at-top
+  built = []
+
+  def policy_fn(workdir, seed):
+    built.append((workdir, seed))
+    raise AssertionError("the warm start ran")
+
+  monkeypatch.setattr(jax, "process_count", lambda: processes)
+  with pytest.raises(ValueError, match=message):
+    train.train(str(tmp_path / "run"), policy_fn=policy_fn,
+                rl=trainer.RLConfig(num_groups=2, group_size=2,
+                                    mini_batch_size=4, micro_batches=2),
+                mesh_shape=mesh_shape)
+  assert not built
+
+
+@pytest.mark.parametrize("env,message", [
+    ({"SEED_NUM_PROCESSES": "2"},
+     "error: 2 processes but no coordinator: set SEED_COORDINATOR"),
+    ({"SEED_COORDINATOR": "127.0.0.1:1", "SEED_NUM_PROCESSES": "2",
+      "SEED_PROCESS_ID": "x"}, "error: SEED_PROCESS_ID='x': use this "),
+])
+def test_bad_multi_host_settings_are_one_line(tmp_path, monkeypatch, env,
+                                              message):
+  for name in list(os.environ):
+    if name.startswith("SEED_"):
+      monkeypatch.delenv(name)
+  for name, value in env.items():
+    monkeypatch.setenv(name, value)
+  refused = _refused(tmp_path / "run")
+  assert refused.startswith(message) and "\n" not in refused, refused
+  assert not (tmp_path / "run").exists()
