@@ -8,6 +8,7 @@ written here from ALFWorld's own PDDL domain and grammar (nothing downloaded).
 import json
 import os
 import random
+import re
 
 import numpy as np
 import pytest
@@ -161,6 +162,96 @@ def test_gym_sokoban_seeds_deterministic_and_global_rngs_untouched(boxes):
                       num_groups=2, group_size=2)
   obs, _ = pool.reset([4, 5])
   assert obs[0] == obs[1] and obs[2] == obs[3]
+
+
+@pytest.mark.integration
+def test_gym_sokoban_unseen_levels_are_no_training_levels():
+  # Every split used one generator: about one eval_unseen level in seven
+  # (7x7, one box) was a training level.
+  _require(gym_sokoban)
+  train = gym_sokoban.GymSokobanEnv(split="train")
+  unseen = gym_sokoban.GymSokobanEnv(split="eval_unseen")
+  rooms, train_classes = set(), set()
+  for s in range(150):
+    train.reset(s)
+    train_classes.add(sokoban.held_out(train.level, train.state))
+    rooms.add(sokoban.canonical_room(train.level))
+  leaked, unseen_classes = [], set()
+  for s in range(2_000_000, 2_000_150):
+    unseen.reset(s)
+    unseen_classes.add(sokoban.held_out(unseen.level, unseen.state))
+    if sokoban.canonical_room(unseen.level) in rooms:
+      leaked.append(s)
+  assert not leaked
+  assert train_classes == {False} and unseen_classes == {True}
+
+
+class _StubEngine:
+  """gym-sokoban's engine as the adapter uses it, with a small random room
+  drawn from the global `random` (or always the same room: `fixed`)."""
+
+  fixed = False
+
+  def __init__(self, *, dim_room, max_steps, num_boxes, num_gen_steps,
+               reset):
+    del max_steps, num_boxes, num_gen_steps, reset
+    self.dim = dim_room
+
+  def reset(self, render_mode=None):
+    del render_mode
+    rows, cols = self.dim
+    rng = random.Random(0) if self.fixed else random
+    room = np.zeros((rows, cols), int)  # walls
+    inner = [(r, c) for r in range(1, rows - 1) for c in range(1, cols - 1)]
+    floor = [p for p in inner if rng.random() < 0.7]
+    if len(floor) < 3:
+      floor = inner
+    for p in floor:
+      room[p] = 1
+    target, box, player = rng.sample(floor, 3)
+    room[target] = gym_sokoban.TARGET
+    self.room_fixed = room.copy()
+    room[box], room[player] = gym_sokoban.BOX, gym_sokoban.PLAYER
+    self.room_state = room
+
+
+def _stub_env(monkeypatch, split, fixed=False):
+  monkeypatch.setattr(gym_sokoban, "_engine_class", lambda: type(
+      "Stub", (_StubEngine,), {"fixed": fixed}))
+  return gym_sokoban.GymSokobanEnv(split=split, dim=(6, 6))
+
+
+def test_gym_sokoban_draws_again_until_a_level_of_the_splits_class(
+    monkeypatch):
+  # Needs no gym-sokoban: a stub engine stands in.
+  for split in ("train", "eval_seen", "eval_unseen"):
+    env = _stub_env(monkeypatch, split)
+    for seed in envs.split_seeds(split, 30):
+      first = env.reset(seed)[0]
+      assert sokoban.held_out(env.level, env.state) == (split == "eval_unseen")
+      assert env.reset(seed)[0] == first
+  assert gym_sokoban.attempt_seed(5, 0) == 5
+  assert len({gym_sokoban.attempt_seed(5, a) for a in range(100)}) == 100
+  with pytest.raises(ValueError, match="seeds are >= 0"):
+    env.reset(-1)
+
+
+def test_gym_sokoban_gives_up_with_a_clear_error(monkeypatch):
+  monkeypatch.setattr(gym_sokoban, "MAX_ATTEMPTS", 5, raising=False)
+  classes = set()
+  for split in ("train", "eval_unseen"):
+    env = _stub_env(monkeypatch, split, fixed=True)  # always the same room
+    try:
+      env.reset(0)
+      classes.add(sokoban.held_out(env.level, env.state))
+    except RuntimeError as e:
+      assert re.search(r"no (held-out|training)-class gym-sokoban level for "
+                       r"seed 0 in 5 draws", str(e)), e
+      assert env.level is None
+      with pytest.raises(RuntimeError, match="reset"):
+        env.step("up")
+      classes.add("error")
+  assert "error" in classes and len(classes) == 2
 
 
 # -- ALFWorld ------------------------------------------------------------------

@@ -90,6 +90,32 @@ def test_splits_are_disjoint_and_seeds_checked():
     pool.reset([1_000_000, 1_000_001])
 
 
+def test_split_seeds_refuses_a_negative_count():
+  # range slicing made -1 into 999,999 seeds, and -3 at start 10 into [].
+  with pytest.raises(ValueError, match="num must be >= 0, got -1"):
+    envs.split_seeds("train", -1)
+  with pytest.raises(ValueError, match="num must be >= 0, got -3"):
+    envs.split_seeds("train", -3, start=10)
+  assert envs.split_seeds("train", 0) == []
+
+
+@pytest.mark.parametrize("name", ["household", "sokoban", "gym_sokoban"])
+@pytest.mark.parametrize("split", ["eval-unseen", "unseen", "test"])
+def test_an_unknown_split_is_refused_when_the_env_is_built(name, split):
+  # Checked before gym_sokoban's package is imported: no skip needed.
+  with pytest.raises(ValueError, match=f"unknown split '{split}'.*eval_unseen"):
+    envs.make(name, split=split)
+
+
+@pytest.mark.parametrize("name", ["household", "sokoban"])
+def test_a_negative_seed_is_refused(name):
+  # random.Random drops the sign: -3 used to replay the task of 3.
+  env = envs.make(name)
+  with pytest.raises(ValueError, match="seeds are >= 0, got -3"):
+    env.reset(-3)
+  env.reset(3)
+
+
 def test_pool_groups_share_a_task():
   pool = envs.EnvPool("household", num_groups=3, group_size=4)
   obs, infos = pool.reset([0, 1, 2])

@@ -218,6 +218,16 @@ def test_unseen_split_rule():
   assert families == set(hw.FAMILIES)
 
 
+def test_no_families_is_refused_when_built():
+  # It used to fail at reset, dividing by zero.
+  with pytest.raises(ValueError, match="families is empty"):
+    household.HouseholdEnv(families=())
+  with pytest.raises(ValueError, match="families is empty"):
+    hw.generate(0, families=())
+  with pytest.raises(ValueError, match="seeds are >= 0"):
+    hw.generate(-1)
+
+
 def test_every_room_has_seen_and_unseen_layouts():
   for room, (spec, _) in hw.ROOMS.items():
     flags = set()

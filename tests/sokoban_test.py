@@ -78,12 +78,12 @@ def test_text_symbols():
   grid = "######\n#S_X_#\n#_O√_#\n######"
   with pytest.raises(ValueError):
     env.load_text(grid)  # three targets, two boxes
-  grid = "######\n#S_X_#\n#__√_#\n######"
+  grid = "######\n#S_X_#\n#____#\n#__√_#\n######"
   obs, info = env.load_text(grid)
   assert obs == grid and info["admissible_actions"] == [
       "up", "down", "left", "right"]
   obs, *_ = env.step("right")
-  assert obs == "######\n#OPX_#\n#__√_#\n######"
+  assert obs == "######\n#OPX_#\n#____#\n#__√_#\n######"
   with pytest.raises(ValueError, match="symbol"):
     env.load_text("#####\n#PXa#\n#####")
 
@@ -206,3 +206,128 @@ def test_a_loaded_level_does_not_change_later_resets():
   first = _start(env, 7)
   env.load_text("#####\n#PXO#\n#####")
   assert _start(env, 7) == first
+
+
+# The 8 rotations and reflections, written here apart from sokoban.py's.
+# Sign flips of the row and column, with or without swapping them.
+_TURNS = [lambda r, c, a=a, b=b, t=t: (a * c, b * r) if t else (a * r, b * c)
+          for a in (1, -1) for b in (1, -1) for t in (False, True)]
+
+
+def _up_to_symmetry(level, cells_of):
+  """The smallest, over the 8 orientations, of the cells `cells_of` names
+  (a tuple of cell lists), translated so the floor starts at row/col 0."""
+  floor = [(r, c) for r in range(level.shape[0]) for c in range(level.shape[1])
+           if (r, c) not in level.walls]
+  keys = []
+  for turn in _TURNS:
+    moved = [turn(*p) for p in floor]
+    r0, c0 = min(r for r, _ in moved), min(c for _, c in moved)
+    keys.append(tuple(
+        tuple(sorted((r - r0, c - c0) for r, c in (turn(*p) for p in cells)))
+        for cells in cells_of))
+  return min(keys)
+
+
+def _room_key(env):
+  level = env.level
+  floor = [(r, c) for r in range(level.shape[0]) for c in range(level.shape[1])
+           if (r, c) not in level.walls]
+  return _up_to_symmetry(level, (floor, level.targets))
+
+
+def _puzzle_key(env):
+  level, (player, boxes) = env.level, env.state
+  floor = [(r, c) for r in range(level.shape[0]) for c in range(level.shape[1])
+           if (r, c) not in level.walls]
+  return _up_to_symmetry(level, (floor, level.targets, [player], boxes))
+
+
+def test_no_unseen_level_is_a_training_level_moved_turned_or_mirrored():
+  # Split by the exact walls, about one unseen level in ten was a training
+  # level moved by one cell (same room and targets; one in twenty the same
+  # puzzle, start included).
+  train = sokoban.SokobanEnv(split="train")
+  unseen = sokoban.SokobanEnv(split="eval_unseen")
+  rooms, puzzles = set(), set()
+  for s in range(3000):
+    train.reset(s)
+    rooms.add(_room_key(train))
+    puzzles.add(_puzzle_key(train))
+  for s in range(2_000_000, 2_000_500):
+    unseen.reset(s)
+    assert _puzzle_key(unseen) not in puzzles, s
+    assert _room_key(unseen) not in rooms, s
+
+
+def _turned(level, state, turn, offset, shape):
+  """`level` and `state` turned by `turn` and placed at `offset` in a grid of
+  `shape` (walls everywhere else)."""
+  floor = [(r, c) for r in range(level.shape[0]) for c in range(level.shape[1])
+           if (r, c) not in level.walls]
+  moved = [turn(*p) for p in floor]
+  r0 = min(r for r, _ in moved) - offset[0]
+  c0 = min(c for _, c in moved) - offset[1]
+  place = lambda p: (turn(*p)[0] - r0, turn(*p)[1] - c0)
+  new_floor = {place(p) for p in floor}
+  walls = {(r, c) for r in range(shape[0]) for c in range(shape[1])
+           } - new_floor
+  player, boxes = state
+  return (sokoban.Level(walls, frozenset(map(place, level.targets)), shape),
+          (place(player), frozenset(map(place, boxes))))
+
+
+def test_held_out_ignores_where_and_how_a_room_is_turned():
+  classes = set()
+  for s in range(40):
+    level, state, _ = sokoban.generate(s)
+    want = sokoban.held_out(level, state)
+    classes.add(want)
+    turned = [_turned(level, state, turn, offset, (9, 9))
+              for turn in _TURNS for offset in [(1, 1), (2, 1), (1, 3)]]
+    for other, start in turned:
+      assert sokoban.held_out(other, start) == want, s
+    canonical = sokoban.canonical_room(level)
+    for other, _ in turned:
+      assert sokoban.canonical_room(other) == canonical
+  assert classes == {True, False}
+  # Another target is another room.
+  level, state, _ = sokoban.generate(0, dim=(7, 7))
+  floor = {(r, c) for r in range(7) for c in range(7)} - level.walls
+  (target,) = level.targets
+  moved = sokoban.Level(level.walls, frozenset([min(floor - {target})]),
+                        level.shape)
+  assert sokoban.canonical_room(moved) != sokoban.canonical_room(level)
+
+
+def test_load_text_refuses_levels_it_cannot_play():
+  env = sokoban.SokobanEnv()
+  env.load_text("#####\n#PXO#\n#####")
+  with pytest.raises(ValueError, match="one player.*found 2"):
+    env.load_text("######\n#P_XO#\n#P___#\n######")
+  with pytest.raises(ValueError, match="one player.*found 0"):
+    env.load_text("#####\n#_XO#\n#####")
+  with pytest.raises(ValueError, match="at least one box"):
+    env.load_text("#####\n#P__#\n#####")  # would be won at reset
+  with pytest.raises(ValueError, match="no solution"):
+    # The box is in a corner off its target.
+    env.load_text("######\n#X__O#\n#P___#\n######")
+  # A refused level leaves the one loaded before.
+  assert env.render_text() == "#####\n#PXO#\n#####"
+  assert env.solution == ["right"]
+
+
+def test_ground_truth_before_reset_is_the_step_error():
+  env = sokoban.SokobanEnv()
+  with pytest.raises(RuntimeError, match="reset"):
+    env.step("up")
+  with pytest.raises(RuntimeError, match="reset"):
+    env.ground_truth()
+
+
+def test_negative_seeds_are_refused():
+  with pytest.raises(ValueError, match="seeds are >= 0, got -7"):
+    sokoban.SokobanEnv().reset(-7)
+  with pytest.raises(ValueError, match="-1"):
+    sokoban.generate(-1)
+  sokoban.SokobanEnv().reset(0)

@@ -70,19 +70,37 @@ def split_seeds(split: str, num: int, *, start: int = 0) -> list[int]:
     Absolute seeds, e.g. split_seeds("eval_seen", 2) == [1000000, 1000001].
 
   Raises:
-    ValueError: unknown split or a range overflow.
+    ValueError: unknown split, a negative `num` or `start`, or a range
+      overflow.
   """
   rng = _split_range(split)
+  if num < 0:
+    raise ValueError(f"num must be >= 0, got {num}")
   if start < 0 or start + num > len(rng):
     raise ValueError(f"split {split!r} holds {len(rng)} seeds; asked for "
                      f"[{start}, {start + num})")
   return list(rng[start:start + num])
 
 
-def _split_range(split: str) -> range:
+def check_split(split: str) -> str:
+  """Returns `split`; raises ValueError naming the known ones if unknown
+  (environments check theirs when built: a misspelt "eval-unseen" would
+  otherwise play seen tasks)."""
   if split not in SPLITS:
     raise ValueError(f"unknown split {split!r}; known: {sorted(SPLITS)}")
-  return SPLITS[split]
+  return split
+
+
+def check_seed(seed: int) -> int:
+  """Returns `seed`; raises ValueError if it is negative (random.Random
+  drops the sign, so -7 would replay the task of 7)."""
+  if seed < 0:
+    raise ValueError(f"task seeds are >= 0, got {seed}")
+  return seed
+
+
+def _split_range(split: str) -> range:
+  return SPLITS[check_split(split)]
 
 
 def _error_info(message: str) -> Info:

@@ -9,6 +9,12 @@ gym-sokoban generates levels with the global `random` and `np.random`
 generators; reset(seed) seeds both and restores their previous states, so a
 seed always gives the same level and no one else's random stream moves.
 
+Splits follow the built-in sokoban's rule (`sokoban.held_out`, on the room up
+to translation, rotation and reflection): a level whose class is not the
+split's ("eval_unseen" keeps the held-out class, the others the rest) is
+drawn again from a seed derived from (seed, attempt), up to MAX_ATTEMPTS
+times, so eval_unseen never replays a training level.
+
 Observations, actions and rewards are as in the built-in `sokoban` (its text
 symbols, "up"/"down"/"left"/"right", gym-sokoban's rewards), and the state is
 exposed as a `sokoban.Level` and (player, boxes), so the built-in BFS solver,
@@ -21,12 +27,14 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 import random
 import warnings
 from typing import Any
 
 import numpy as np
 
+from seed_jax.envs import base
 from seed_jax.envs import sokoban
 
 INSTALL_HINT = ("the gym_sokoban environment needs gym-sokoban "
@@ -37,6 +45,9 @@ PUSH = {"up": 1, "down": 2, "left": 3, "right": 4}
 NO_OPERATION = 0
 # room_fixed / room_state codes.
 WALL, TARGET, BOX_ON_TARGET, BOX, PLAYER = 0, 2, 3, 4, 5
+# Levels drawn per reset at most until one is of the split's class (a quarter
+# of the levels are held out: 0.75**100 ~ 3e-13 for eval_unseen).
+MAX_ATTEMPTS = 100
 
 
 def requirement_error() -> str | None:
@@ -55,6 +66,15 @@ def _engine_class() -> type:
   return SokobanEnv
 
 
+def attempt_seed(seed: int, attempt: int) -> int:
+  """The generator seed of a reset's `attempt`-th draw: `seed` itself first,
+  then a 32-bit hash of (seed, attempt)."""
+  if attempt == 0:
+    return seed
+  digest = hashlib.sha256(f"gym_sokoban/{seed}/{attempt}".encode()).digest()
+  return int.from_bytes(digest[:4], "big")
+
+
 def _cells(mask: np.ndarray) -> set[sokoban.Pos]:
   """(row, col) of the True cells of a [rows, cols] mask."""
   return {(int(r), int(c)) for r, c in np.argwhere(mask)}
@@ -64,14 +84,16 @@ class GymSokobanEnv:
   """A gym-sokoban level; see the module docstring.
 
   Args:
-    split: accepted for the pool; every split uses the same generator (the
-      seed ranges keep evaluation levels apart).
+    split: "train" and "eval_seen" play training-class levels,
+      "eval_unseen" held-out ones (`sokoban.held_out`; see the module
+      docstring).
     dim: (rows, cols) of the room, walls included.
     num_boxes: boxes per level.
     max_steps: steps before the episode is cut.
     num_gen_steps: gym-sokoban's random-walk length (None: its default).
 
   Raises:
+    ValueError: an unknown split.
     ImportError: gym-sokoban (or pkg_resources) is missing.
   """
 
@@ -81,7 +103,7 @@ class GymSokobanEnv:
   def __init__(self, *, split: str = "train", dim: tuple[int, int] = (7, 7),
                num_boxes: int = 1, max_steps: int = 30,
                num_gen_steps: int | None = None) -> None:
-    del split
+    self.evaluation = base.check_split(split) == "eval_unseen"
     try:
       engine_class = _engine_class()
     except ImportError as e:
@@ -104,7 +126,31 @@ class GymSokobanEnv:
     return "sokoban"
 
   def reset(self, seed: int) -> tuple[str, dict[str, Any]]:
-    """Generates gym-sokoban's level for `seed`; returns (text grid, info)."""
+    """Generates gym-sokoban's level for `seed` (the first of the split's
+    class, see the module docstring); returns (text grid, info).
+
+    Raises:
+      ValueError: a negative seed.
+      RuntimeError: no level of the split's class in MAX_ATTEMPTS draws.
+    """
+    base.check_seed(seed)
+    for attempt in range(MAX_ATTEMPTS):
+      self._generate(attempt_seed(seed, attempt))
+      if sokoban.held_out(self.level, self.state) == self.evaluation:
+        break
+    else:
+      self.level = None
+      raise RuntimeError(
+          f"no {'held-out' if self.evaluation else 'training'}-class "
+          f"gym-sokoban level for seed {seed} in {MAX_ATTEMPTS} draws")
+    self.history = [self.state]
+    self.actions: list[str] = []
+    self.solution = self.level.solve(self.state) or []
+    self.done = False
+    return self.render_text(), self._info(valid=True)
+
+  def _generate(self, seed: int) -> None:
+    """Has gym-sokoban make the level of `seed`; sets self.level."""
     py_state, np_state = random.getstate(), np.random.get_state()
     try:
       random.seed(seed)
@@ -116,11 +162,6 @@ class GymSokobanEnv:
     fixed = self._engine.room_fixed  # [rows, cols]
     self.level = sokoban.Level(_cells(fixed == WALL),
                                frozenset(_cells(fixed == TARGET)), self.dim)
-    self.history = [self.state]
-    self.actions: list[str] = []
-    self.solution = self.level.solve(self.state) or []
-    self.done = False
-    return self.render_text(), self._info(valid=True)
 
   @property
   def state(self) -> sokoban.State:

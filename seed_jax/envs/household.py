@@ -20,6 +20,7 @@ import random
 import re
 from typing import Any
 
+from seed_jax.envs import base
 from seed_jax.envs import household_world as hw
 
 LAMP = "desklamp 1"
@@ -43,6 +44,9 @@ class HouseholdEnv:
     split: "train"/"eval_seen" draw seen tasks, "eval_unseen" unseen ones.
     max_steps: steps before the episode is cut (the paper uses 30).
     families: task families to draw from (default: all six).
+
+  Raises:
+    ValueError: an unknown split or family, or no family.
   """
 
   name = "household"
@@ -50,6 +54,9 @@ class HouseholdEnv:
 
   def __init__(self, *, split: str = "train", max_steps: int = 30,
                families: tuple[str, ...] = hw.FAMILIES) -> None:
+    base.check_split(split)
+    if not families:
+      raise ValueError(f"families is empty; give some of {hw.FAMILIES}")
     for f in families:
       if f not in hw.FAMILIES:
         raise ValueError(f"unknown family {f!r}; known: {hw.FAMILIES}")

@@ -21,6 +21,8 @@ import dataclasses
 import random
 import zlib
 
+from seed_jax.envs import base
+
 FAMILIES = ("pick", "clean", "heat", "cool", "look_at_in_light", "pick_two")
 
 OPENABLE = frozenset({"cabinet", "drawer", "fridge", "microwave", "safe"})
@@ -254,7 +256,13 @@ def generate(seed: int, *, unseen: bool = False,
 
   Returns:
     A World whose goal is not met yet.
+
+  Raises:
+    ValueError: a negative seed or no families.
   """
+  base.check_seed(seed)
+  if not families:
+    raise ValueError("families is empty")
   family = families[seed % len(families)]
   rng = random.Random(seed * 2 + int(unseen))
   for _ in range(1000):

@@ -20,6 +20,8 @@ import zlib
 
 import numpy as np
 
+from seed_jax.envs import base
+
 ACTIONS = {"up": (-1, 0), "down": (1, 0), "left": (0, -1), "right": (0, 1)}
 STEP_PENALTY = -0.1
 BOX_ON_TARGET = 1.0
@@ -108,20 +110,60 @@ class Level:
 
 # Small grids hold few distinct levels, so disjoint seed ranges alone would
 # still repeat training levels at evaluation (about one in eight at 6x6 with
-# one box). Levels are therefore split by a hash of the room (walls and
+# one box). Levels are therefore split by a hash of the room (its floor and
 # targets): one class in HELD_OUT_CLASSES is kept for unseen evaluation, the
-# others for training (and seen evaluation). Hashing the whole start instead
-# let a training puzzle come back as an unseen one with the player or the
-# boxes a few squares away.
+# others for training (and seen evaluation).
+#
+# The rule: the hash is of the room's canonical form, the floor and targets
+# translated so that the floor's smallest row and column are 0, taking the
+# smallest of the 8 rotations and reflections. The start (player and boxes)
+# is left out. So a room and its targets, wherever they sit in the grid, on
+# any grid size and in any orientation, are in one split only, and so is
+# every puzzle on them (an unseen puzzle is never a training one moved,
+# turned or mirrored, nor one with the player or the boxes a few squares
+# away). Hashing the exact wall set let about one unseen level in ten be a
+# training level moved by one cell.
 HELD_OUT_CLASSES = 4
+
+# (r, c) -> the 8 rotations and reflections of the square's symmetry group.
+_SYMMETRIES = (
+    lambda r, c: (r, c), lambda r, c: (r, -c), lambda r, c: (-r, c),
+    lambda r, c: (-r, -c), lambda r, c: (c, r), lambda r, c: (c, -r),
+    lambda r, c: (-c, r), lambda r, c: (-c, -r))
+
+
+def canonical_room(level: Level) -> tuple[tuple[Pos, ...], tuple[Pos, ...]]:
+  """The room of `level` up to translation, rotation and reflection.
+
+  Returns:
+    (floor, targets), sorted cells of the orientation whose pair is smallest,
+    translated so that the floor's smallest row and column are 0; the same
+    for any level that is one of the other's 8 orientations moved anywhere.
+  """
+  rows, cols = level.shape
+  floor = [(r, c) for r in range(rows) for c in range(cols)
+           if (r, c) not in level.walls]
+  best = None
+  for f in _SYMMETRIES:
+    moved = [f(r, c) for r, c in floor]
+    origin = (min((r for r, _ in moved), default=0),
+              min((c for _, c in moved), default=0))
+    key = (_placed(moved, origin),
+           _placed([f(r, c) for r, c in level.targets], origin))
+    if best is None or key < best:
+      best = key
+  return best
+
+
+def _placed(cells: list[Pos], origin: Pos) -> tuple[Pos, ...]:
+  return tuple(sorted((r - origin[0], c - origin[1]) for r, c in cells))
 
 
 def held_out(level: Level, state: State) -> bool:
-  """Whether a level's room belongs to the unseen evaluation levels (the
-  start position `state` does not matter)."""
+  """Whether a level's room belongs to the unseen evaluation levels (by
+  `canonical_room`; the start position `state` does not matter)."""
   del state
-  key = repr((sorted(level.walls), sorted(level.targets),
-              level.shape)).encode()
+  key = repr(canonical_room(level)).encode()
   return zlib.crc32(key) % HELD_OUT_CLASSES == 0
 
 
@@ -141,8 +183,12 @@ def generate(seed: int, *, dim: Pos = (6, 6), num_boxes: int = 1,
 
   Returns:
     (level, start state, optimal solution).
+
+  Raises:
+    ValueError: a negative seed.
+    RuntimeError: no level found in 1000 tries.
   """
-  rng = random.Random(seed)
+  rng = random.Random(base.check_seed(seed))
   for _ in range(1000):
     made = _try_generate(rng, dim, num_boxes, max_solution)
     if made is not None and (evaluation is None or
@@ -222,6 +268,9 @@ class SokobanEnv:
     max_steps: steps before the episode is cut; also the longest optimal
       solution a generated level may have, so the levels of a seed depend
       on it.
+
+  Raises:
+    ValueError: an unknown split.
   """
 
   name = "sokoban"
@@ -229,7 +278,7 @@ class SokobanEnv:
 
   def __init__(self, *, split: str = "train", dim: Pos = (6, 6),
                num_boxes: int = 1, max_steps: int = 30) -> None:
-    self.evaluation = split == "eval_unseen"
+    self.evaluation = base.check_split(split) == "eval_unseen"
     self.dim = tuple(dim)
     self.num_boxes = num_boxes
     self._generator = dict(dim=self.dim, num_boxes=num_boxes)  # not load_text's
@@ -260,13 +309,15 @@ class SokobanEnv:
       grid: rows of "#_OX√PS", e.g. "#####\n#PXO#\n#####".
 
     Raises:
-      ValueError: unknown symbols, ragged rows, no player, or box and target
-        counts that differ.
+      ValueError: unknown symbols, ragged rows, no player or more than one,
+        no box, box and target counts that differ, or a level the solver
+        finds no solution for (`Level.solve`: unsolvable, or over its search
+        cap).
     """
     rows = grid.strip("\n").split("\n")
     if len({len(r) for r in rows}) != 1:
       raise ValueError("rows of different lengths")
-    walls, targets, boxes, player = set(), set(), set(), None
+    walls, targets, boxes, players = set(), set(), set(), []
     for r, row in enumerate(rows):
       for c, ch in enumerate(row):
         if ch not in "#_OX√PS":
@@ -278,14 +329,23 @@ class SokobanEnv:
         if ch in "X√":
           boxes.add((r, c))
         if ch in "PS":
-          player = (r, c)
-    if player is None or len(boxes) != len(targets):
-      raise ValueError("need one player and as many boxes as targets")
-    self.dim = (len(rows), len(rows[0]))
-    self.num_boxes = len(boxes)
-    self.level = Level(walls, frozenset(targets), self.dim)
-    self.state = (player, frozenset(boxes))
-    self.solution = self.level.solve(self.state) or []
+          players.append((r, c))
+    if len(players) != 1:
+      raise ValueError(f"need one player (P or S), found {len(players)}")
+    if not boxes:
+      raise ValueError("need at least one box (X or √)")
+    if len(boxes) != len(targets):
+      raise ValueError(f"need as many boxes as targets, found {len(boxes)} "
+                       f"boxes and {len(targets)} targets")
+    dim = (len(rows), len(rows[0]))
+    level = Level(walls, frozenset(targets), dim)
+    state = (players[0], frozenset(boxes))
+    solution = level.solve(state)
+    if solution is None:
+      raise ValueError("the level has no solution (or none the BFS solver "
+                       "finds within its search cap)")
+    self.dim, self.num_boxes = dim, len(boxes)
+    self.level, self.state, self.solution = level, state, solution
     return self._start()
 
   def _start(self) -> tuple[str, dict[str, Any]]:
@@ -364,7 +424,12 @@ class SokobanEnv:
       solved after it), first_unsolvable_step (0-based step index or None),
       its action, box (the pushed box's new position, row/col), and
       deadlock_kind ("corner", "wall" or "other"), plus won.
+
+    Raises:
+      RuntimeError: before reset (or load_text).
     """
+    if self.level is None:
+      raise RuntimeError("call reset(seed) first")
     level = self.level
     n = len(self.actions)
     dead = [False] * n
