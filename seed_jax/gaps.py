@@ -41,6 +41,7 @@ from seed_jax import atomic
 
 KINDS = ("reasoning place", "action place", "other action", "other")
 _WORD = re.compile(r"\w")
+_TAG = re.compile(r"</?(?:think|action)>")
 
 
 def token_kinds(pieces: Sequence[str]) -> list[str]:
@@ -50,9 +51,16 @@ def token_kinds(pieces: Sequence[str]) -> list[str]:
   "go", " to", " cabinet", " 3", "</action>"] -> "other" x 2, "reasoning
   place" x 2, "other" x 4, "other action" x 2, "action place" x 2, "other".
   """
+  # A tag a tokenizer splits ("</", "action", ">") is "other" in every piece.
+  tags = [m.span() for m in _TAG.finditer("".join(pieces))]
   kinds, text = [], ""
   for piece in pieces:
     start = len(text)
+    end = start + len(piece)
+    if any(a < end and start < b for a, b in tags):
+      kinds.append("other")
+      text += piece
+      continue
     opened, closed = text.rfind("<action>"), text.rfind("</action>")
     in_action = opened >= 0 and closed < opened and "<" not in piece
     in_think = text.rfind("</think>") < 0 and opened < 0

@@ -35,6 +35,15 @@ def test_token_kinds_outside_search_steps():
       + ["other action"] * 2 + ["action place"])
 
 
+def test_token_kinds_of_tags_split_into_pieces():
+  # SmolLM2's tokenizer splits the tags: "<", "think", ">" ... "</", "action",
+  # ">". Their pieces are tag text, never a place or an action word.
+  pieces = ["<", "think", ">", "Try", " cabinet", " 3", "</", "think", "><",
+            "action", ">", "go", " to", " cabinet", " 3", "</", "action", ">"]
+  assert gaps.token_kinds(pieces) == (
+      ["other"] * 4 + ["reasoning place"] * 2 + ["other"] * 5
+      + ["other action"] * 2 + ["action place"] * 2 + ["other"] * 3)
+
 def test_gap_table_counts_cells_and_gates():
   rows = [(["other", "action place"], np.asarray([-1.0, 1.0]), True),
           (["action place"], np.asarray([0.0]), False)]
