@@ -67,6 +67,9 @@ def load(path: str) -> list[dict[str, Any]]:
   runs = [dict(b) for b in runs]
   if not runs or not all(runs):
     raise ValueError(f"sweep file {path!r} yields no (or an empty) binding set")
+  if any(str(k).strip() == "WORKDIR" for b in runs for k in b):
+    raise ValueError(f"sweep file {path!r} binds WORKDIR; each run's WORKDIR "
+                     "is --workdir/<sweep>/<index>")
   return runs
 
 
@@ -294,6 +297,9 @@ def parse_flags(argv):
   for arg in rest:  # gin bindings for every run, as seed_jax.train takes them
     if not (arg.startswith("--gin.") and "=" in arg):
       parser.error(f"unrecognized argument {arg!r}")
+    if arg[len("--gin."):].split("=", 1)[0].strip() == "WORKDIR":
+      parser.error(f"{arg!r} would send every run to one folder; each run's "
+                   "WORKDIR is --workdir/<sweep>/<index>")
   if (known.launcher != "local" and not known.emit_commands
       and not known.summarize):
     parser.error(f"--launcher={known.launcher} needs --emit_commands; "

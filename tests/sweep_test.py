@@ -51,6 +51,20 @@ def test_a_missing_sweep_file_or_a_bad_binding_is_a_plain_error(tmp_path):
                 "--gin.VARIANT=seed"])
 
 
+def test_a_workdir_binding_is_refused(tmp_path, capsys):
+  # It would override every run's WORKDIR/<sweep>/<index>: one folder for all.
+  with pytest.raises(SystemExit):
+    sweep.main([f"--sweep={SWEEP}", f"--gin_file={TINY}",
+                f"--workdir={tmp_path}", "--emit_commands",
+                "--gin.WORKDIR='/shared'"])
+  err = capsys.readouterr()
+  assert "error: \"--gin.WORKDIR='/shared'\" would send every run" in err.err
+  assert not err.out
+  bad = tmp_path / "bad.py"
+  bad.write_text("def sweep():\n  yield {'WORKDIR': '/shared'}\n")
+  with pytest.raises(ValueError, match="binds WORKDIR"):
+    sweep.load(str(bad))
+
 def test_emitted_commands(capsys):
   argv = [f"--sweep={SWEEP}", f"--gin_file={TINY}", "--workdir=/runs",
           "--emit_commands", "--gin.VARIANT='seed'"]
