@@ -418,9 +418,14 @@ def report_path(workdir: str, step: int, *, num_tasks: int, seed: int,
 
   `WORKDIR/eval/step_<N>_tasks<K>_seed<S>_temp<T>`, with `_steps<M>` and
   `_history<H>` appended when the rollout length or history is given (not
-  None), even if it equals the run's.
+  None), even if it equals the run's. T is the temperature as `:g` writes
+  it (0.4, 1) when that reads back as the same float, else its repr
+  (0.4000001), so that two temperatures never share a name.
   """
-  name = f"step_{step}_tasks{num_tasks}_seed{seed}_temp{temperature:g}"
+  temp = f"{float(temperature):g}"  # 0.4 -> "0.4", 1.0 -> "1"
+  if float(temp) != float(temperature):  # :g would round, e.g. 0.4000001
+    temp = repr(float(temperature))
+  name = f"step_{step}_tasks{num_tasks}_seed{seed}_temp{temp}"
   if max_steps is not None:
     name += f"_steps{max_steps}"
   if history_length is not None:
@@ -476,8 +481,13 @@ def main(argv=None) -> dict[str, Any]:
   except (FileNotFoundError, ValueError) as e:
     raise SystemExit(f"error: {e}") from e
   tx = run_optimizer(run)
-  mesh = (partitioning.make_mesh(run["mesh_shape"]) if run["mesh_shape"]
-          else None)
+  try:
+    mesh = (partitioning.make_mesh(run["mesh_shape"]) if run["mesh_shape"]
+            else None)
+  except ValueError as e:  # the run's mesh does not fit this machine
+    raise SystemExit(f"error: the run's train.train.mesh_shape "
+                     f"{run['mesh_shape']} cannot be laid out on this "
+                     f"machine: {e}") from None
   try:
     report = evaluate_run(
         workdir, policy_fn=run["policy_fn"], rl=run["rl"], tx=tx,

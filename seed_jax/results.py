@@ -229,9 +229,10 @@ def summarize(histories: Histories, *,
 
 
 def check_outcomes(outcomes: Any) -> None:
-  """Raises a ValueError unless `outcomes` is a string of 0s and 1s (one
-  evaluation's per-task outcomes, see `seed_jax.evaluate`)."""
-  if not isinstance(outcomes, str) or outcomes.strip("01"):
+  """Raises a ValueError unless `outcomes` is a non-empty string of 0s and
+  1s (one evaluation's per-task outcomes, see `seed_jax.evaluate`; every
+  evaluation scores at least one task)."""
+  if not isinstance(outcomes, str) or not outcomes or outcomes.strip("01"):
     raise ValueError(f"per-task outcomes must be a string of 0s and 1s, got "
                      f"{outcomes!r:.80}")
 

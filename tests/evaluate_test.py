@@ -241,6 +241,37 @@ def test_a_damaged_policy_config_is_named(tiny_run, tmp_path, monkeypatch):
   assert not os.path.exists(os.path.join(workdir, "eval"))
 
 
+def test_a_mesh_that_does_not_fit_is_one_error_line(tiny_run, tmp_path,
+                                                    monkeypatch):
+  """A run trained on another machine's mesh: an error line (which
+  `experiments evaluate` turns into that run being left out), not a crash."""
+  _no_loading(monkeypatch)
+  workdir = str(tmp_path / "run")
+  shutil.copytree(tiny_run, workdir)
+  with open(os.path.join(workdir, "config.gin"), "a") as f:
+    f.write("train.train.mesh_shape = (3, 1, 1)\n")  # 8 devices here
+  with pytest.raises(SystemExit) as e:
+    evaluate.main(["--workdir", workdir, "--num_tasks", "1"])
+  assert isinstance(e.value.code, str)
+  assert re.match(r"error: the run's train.train.mesh_shape \(3, 1, 1\) "
+                  r"cannot be laid out on this machine: .*needs 3 devices",
+                  e.value.code)
+  assert not os.path.exists(os.path.join(workdir, "eval"))
+
+
+def test_report_names_tell_temperatures_apart():
+  name = lambda t: os.path.basename(evaluate.report_path(
+      "/w", 1, num_tasks=2, seed=0, temperature=t))
+  # Ordinary values keep their short names (existing reports stay valid).
+  assert [name(t) for t in (0.4, 1.0, 0.0, 1e-5)] == [
+      f"step_1_tasks2_seed0_temp{t}" for t in ("0.4", "1", "0", "1e-05")]
+  # A temperature that :g would round gets a name of its own.
+  assert name(0.4000001) == "step_1_tasks2_seed0_temp0.4000001"
+  temps = [0.4, 0.4000001, 0.40000000000000002, 0.4 + 2 ** -54, 1.0, 1 + 1e-9,
+           0.123456789, 0.1234567891]
+  assert len({name(t) for t in temps}) == len(set(temps))
+
+
 def test_the_csv_goes_beside_the_chosen_json(tiny_run, tmp_path):
   out = tmp_path / "mine" / "e1.json"
   evaluate.main(["--workdir", tiny_run, "--num_tasks", "1",

@@ -228,6 +228,10 @@ def test_by_task_differences_and_their_standard_error():
     with pytest.raises(ValueError, match=r"per-task outcomes must be a "
                        r"string of 0s and 1s, got " + repr(bad)[:3]):
       results.by_task([("0110", "0100"), ("0110", bad)])
+  # No task at all (a damaged report): named, not a ZeroDivisionError.
+  with pytest.raises(ValueError, match=r"per-task outcomes must be a "
+                     r"string of 0s and 1s, got ''"):
+    results.by_task([("", "")])
 
 
 def test_rescored_by_task():
