@@ -384,6 +384,13 @@ def rescore(out: str, *, num_tasks: int = 256, seed: int = 12345,
             reports[m].pop(s)
             break
         report = _read_report(path)
+        asked = dict(step=step, num_tasks=num_tasks, seed=seed,
+                     temperature=temperature)
+        differ = {k: report[k] for k, v in asked.items() if report[k] != v}
+        if differ:  # a report under this name made with other settings
+          raise ValueError(f"{path} was made with {differ}, not "
+                           f"{ {k: asked[k] for k in differ} }: delete it "
+                           "and rerun to score that checkpoint again")
         if isinstance(which, str):
           pair[which] = report
         else:

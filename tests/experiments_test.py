@@ -371,6 +371,29 @@ def test_evaluate_leaves_unfinished_runs_out(tmp_path, monkeypatch, capsys):
     experiments.main(["evaluate", "--out", str(out)])
 
 
+def test_a_kept_report_of_other_settings_is_named(tmp_path, monkeypatch):
+  """A report under the name of the settings asked for, made with others
+  (an older name for 0.4000001 was temp0.4), is never reused."""
+  from seed_jax import evaluate  # pylint: disable=g-import-not-at-top
+  out = tmp_path / "exp"
+  workdir = out / "grpo" / "seed0"
+  workdir.mkdir(parents=True)
+  (out / runner.STATUS).write_text(json.dumps(dict(runs={"grpo/seed0": dict(
+      method="grpo", seed=0, num_updates=100, state="done")})))
+  scored = _fake_scoring(monkeypatch, {("grpo", 0): 100})
+  path = evaluate.report_path(str(workdir), 0, num_tasks=256, seed=12345,
+                              temperature=0.4) + ".json"
+  os.makedirs(os.path.dirname(path))
+  with open(path, "w") as f:
+    json.dump(dict(step=0, num_tasks=256, seed=12345, temperature=0.4000001,
+                   metrics={"eval/seen/success": 0.5}), f)
+  with pytest.raises(SystemExit, match=re.escape(
+      f"{path} was made with {{'temperature': 0.4000001}}, not "
+      "{'temperature': 0.4}: delete it and rerun")):
+    experiments.main(["evaluate", "--out", str(out)])
+  assert scored == []
+
+
 def test_markers_out_of_order_are_refused_and_nothing_written(
     tmp_path, monkeypatch):
   out = tmp_path / "exp"
