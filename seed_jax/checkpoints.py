@@ -596,7 +596,7 @@ class Checkpointer:
     if "corrupt" in kinds:
       return named({"corrupt"})
     if "mismatch" in kinds:
-      if mine.error is not None:
+      if mine.kind == "mismatch":
         raise mine.error
       raise ModelMismatchError(next(m for k, m in outcomes
                                     if k == "mismatch"))
@@ -652,22 +652,20 @@ class Checkpointer:
         with the next save of that step).
     """
     dest = self.workdir / "corrupt_checkpoints"
-    error, failure = None, None
-    if jax.process_index() == 0:
-      try:
-        dest.mkdir(parents=True, exist_ok=True)
-        (self.directory / str(step)).rename(
-            dest / f"{step}.{time.strftime('%Y%m%d-%H%M%S')}")
-      except BaseException as e:  # pylint: disable=broad-except
-        error, failure = e, f"{type(e).__name__}: {e}"
-    # Every process gets here, whatever happened on process 0: a collective
-    # (also the barrier after which the step is gone for everyone).
-    failure = distributed.broadcast_object(failure)
+
+    def move():
+      dest.mkdir(parents=True, exist_ok=True)
+      (self.directory / str(step)).rename(
+          dest / f"{step}.{time.strftime('%Y%m%d-%H%M%S')}")
+
+    # Every process gets past it, whatever happened on process 0 (the
+    # barrier after which the step is gone for everyone).
+    error, failure = distributed.on_writer(move)
     self._manager.reload()
     if failure is not None:
       raise CorruptCheckpointError(
           f"checkpoint step {step} in {self.directory} is corrupt and could "
-          f"not be moved to {dest} ({failure}); move or delete it, then "
+          f"not be moved to {dest} ({failure[1]}); move or delete it, then "
           "start again") from error
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import pickle
-from typing import Any, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 import jax
 from jax.experimental import multihost_utils
@@ -181,6 +181,30 @@ def broadcast_object(obj: Any) -> Any:
   padded[:data.size] = data
   return pickle.loads(np.asarray(
       multihost_utils.broadcast_one_to_all(padded)).tobytes())
+
+
+def on_writer(fn: Callable[[], Any]
+              ) -> tuple[BaseException | None, tuple[str, str] | None]:
+  """Runs `fn()` on process 0 and tells every process how it went.
+
+  A collective, and the barrier after `fn`: every process calls it, and no
+  process waits on a writer that failed.
+
+  Returns:
+    (error, failure): `error` the exception `fn` raised on this process
+    (None elsewhere, or when it succeeded); `failure` on every process
+    (kind, "Type: message") of that exception, kind "ValueError",
+    "OSError" or "RuntimeError" by its class, or None when it succeeded.
+  """
+  error, failure = None, None
+  if is_writer():
+    try:
+      fn()
+    except BaseException as e:  # pylint: disable=broad-except
+      kind = next((k.__name__ for k in (ValueError, OSError)
+                   if isinstance(e, k)), "RuntimeError")
+      error, failure = e, (kind, f"{type(e).__name__}: {e}")
+  return error, broadcast_object(failure)
 
 
 def sync(name: str) -> None:

@@ -167,17 +167,9 @@ def _stage1_dataset(records, data_dir: epath.Path, *, seed: int):
     error of the same kind (ValueError, OSError, else RuntimeError) naming
     it: no process waits for a dataset that is not coming.
   """
-  error, failure = None, None
-  if distributed.is_writer():
-    try:
-      stage1_lib.write_dataset(records, data_dir, seed=seed, overwrite=True)
-    except BaseException as e:  # pylint: disable=broad-except
-      kind = ("ValueError" if isinstance(e, ValueError) else
-              "OSError" if isinstance(e, OSError) else "RuntimeError")
-      error, failure = e, (kind, f"{type(e).__name__}: {e}")
-  # Every process gets here, the writer once its write is done or failed:
-  # the barrier before anyone reads.
-  failure = distributed.broadcast_object(failure)
+  # The barrier before anyone reads, passed once the write is done or failed.
+  error, failure = distributed.on_writer(lambda: stage1_lib.write_dataset(
+      records, data_dir, seed=seed, overwrite=True))
   if error is not None:
     raise error
   if failure is not None:

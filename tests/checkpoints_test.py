@@ -358,3 +358,18 @@ def test_a_collective_error_is_not_taken_for_corruption(saved, tmp_path,
     with pytest.raises(AssertionError, match="name mismatch"):
       ckpt.restore_latest(_abstract(_mesh())[0])
     assert ckpt.all_steps() == [2, 3]  # nothing moved
+
+
+def test_another_processs_mismatch_wins_over_a_failure_here(tmp_path,
+                                                            monkeypatch):
+  # Process 0 failed to read the step, process 1 found another model's
+  # checkpoint: every process reports the mismatch, not process 0's error.
+  from seed_jax import distributed  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(distributed, "allgather_objects", lambda mine: [
+      mine, ("mismatch", "written for another model")])
+  mine = checkpoints._Attempt(  # pylint: disable=protected-access
+      "failed", "OSError: flaky read", error=OSError("flaky read"))
+  with checkpoints.Checkpointer(tmp_path, model_config=CONFIG) as ckpt:
+    with pytest.raises(checkpoints.ModelMismatchError,
+                       match="another model"):
+      ckpt._agree(3, mine, fall_back=True)  # pylint: disable=protected-access
