@@ -163,12 +163,14 @@ def logical_to_spec(names: Sequence[str | None], shape: Sequence[int] | None,
 
 
 def _param_spec(names: Sequence[str | None], shape: Sequence[int],
-                sizes: Any, rules) -> tuple[list[Any], list[Any], bool]:
+                sizes: Any, rules
+                ) -> tuple[list[Any], list[Any], list[int], bool]:
   """A parameter's spec, with `fsdp` moved off an `embed` (or any rule's)
   dimension it does not divide onto one it does (see the module doc).
 
-  Returns (spec, dropped, stuck): `dropped` as `_spec`'s, less what found a
-  place; `stuck` when the rules wanted `fsdp` here and no dimension takes it.
+  Returns (spec, dropped, moved, stuck): `dropped` as `_spec`'s, less what
+  found a place; `moved` the dimensions whose `fsdp` went elsewhere;
+  `stuck` when the rules wanted `fsdp` here and no dimension takes it.
   """
   spec, dropped = _spec(names, shape, sizes, rules)
   fsdp = sizes.get("fsdp", 1)
@@ -176,12 +178,12 @@ def _param_spec(names: Sequence[str | None], shape: Sequence[int],
   if fsdp == 1 or not wanted or any(
       "fsdp" in ((a,) if isinstance(a, str) else tuple(a or ()))
       for a in spec):
-    return spec, dropped, False
+    return spec, dropped, [], False
   free = [i for i, name in enumerate(names)
           if spec[i] is None and name not in _NO_FSDP_FALLBACK
           and shape[i] % fsdp == 0]
   if not free:
-    return spec, dropped, True
+    return spec, dropped, [], True
   best = max(free, key=lambda i: (shape[i], -i))  # the largest, then first
   spec[best] = "fsdp"
   rest = []
@@ -189,14 +191,14 @@ def _param_spec(names: Sequence[str | None], shape: Sequence[int],
     axes = tuple(a for a in axes if a != "fsdp")
     if axes:
       rest.append((i, axes, math.prod(sizes[a] for a in axes)))
-  return spec, rest, False
+  return spec, rest, [i for i, _, _ in wanted], False
 
 
 def _stuck_params(leaves, sizes, rules) -> list[tuple[str, Any, Any, int]]:
   """The parameters above `MAX_REPLICATED_BYTES` that `fsdp` cannot split."""
   out = []
   for path, s, names in leaves:
-    _, _, stuck = _param_spec(names, s.shape, sizes, rules)
+    stuck = _param_spec(names, s.shape, sizes, rules)[3]
     nbytes = math.prod(s.shape) * np.dtype(s.dtype).itemsize
     if stuck and nbytes > MAX_REPLICATED_BYTES:
       out.append((path, s.shape, names, nbytes))
@@ -270,13 +272,11 @@ def param_shardings(config: model_lib.ModelConfig, mesh: Mesh,
         f"{shown}. Use {advice}")
 
   def one(s, names):
-    spec, dropped, _ = _param_spec(names, s.shape, sizes, rules)
+    spec, dropped, moved, _ = _param_spec(names, s.shape, sizes, rules)
     for i, ax, size in dropped:
       _log_replicated(names[i], s.shape[i], ax, size)
-    if "fsdp" in spec:  # placed by the fallback where the rules' dimension
-      for i, ax, _ in _spec(names, s.shape, sizes, rules)[1]:  # refused it
-        if "fsdp" in ax:
-          _log_moved(names[i], s.shape[i], sizes["fsdp"])
+    for i in moved:  # the rules' dimension refused fsdp: it went elsewhere
+      _log_moved(names[i], s.shape[i], sizes["fsdp"])
     return NamedSharding(mesh, P(*spec))
 
   specs = [one(s, names) for _, s, names in leaves]
