@@ -208,12 +208,16 @@ def replace_section(text: str, section: str, *, begin: str = BEGIN,
   return head + block + ("\n" + tail if tail else "")
 
 
-def _planned(status: Mapping[str, Any]) -> dict[str, dict[int, int]]:
-  """{method: {seed: planned updates}} of the runs status.json records
-  (those of earlier invocations too)."""
+def _recorded(status: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+  """{run: its entry} of every run status.json records, those of earlier
+  invocations too."""
+  return {**status.get("other_runs", {}), **status.get("runs", {})}
+
+
+def _planned(runs: Mapping[str, Any]) -> dict[str, dict[int, int]]:
+  """{method: {seed: planned updates}} of `_recorded` runs."""
   planned = {}
-  for run in {**status.get("other_runs", {}),
-              **status.get("runs", {})}.values():
+  for run in runs.values():
     if run.get("num_updates") is not None:
       planned.setdefault(run["method"], {})[int(run["seed"])] = int(
           run["num_updates"])
@@ -248,16 +252,16 @@ def write_summary(out: str, md: str | None = None) -> dict[str, Any]:
     ValueError: a bad `md` (see `image_folder`, `replace_section`), before
       anything is written.
   """
+  folder = image_folder(md) if md else None
   if md:
-    image_folder(md)
-    _check_section(md, begin=BEGIN, end=END)
+    _replaced(md, "", begin=BEGIN, end=END)  # refused before any work
   histories = load_histories(out)
   if not histories:
     raise FileNotFoundError(f"no OUT/<method>/seed<S>/metrics.jsonl under "
                             f"{out}: no run has finished yet")
   status = runner.read_status(os.path.join(out, runner.STATUS))
-  runs = {**status.get("other_runs", {}), **status.get("runs", {})}
-  summary = results.summarize(histories, planned=_planned(status))
+  runs = _recorded(status)
+  summary = results.summarize(histories, planned=_planned(runs))
   if status:
     summary["commands"] = status.get("commands", [])
     # The runs with numbers, in the tables' order.
@@ -273,7 +277,6 @@ def write_summary(out: str, md: str | None = None) -> dict[str, Any]:
     atomic.write_text(os.path.join(out, name), results.csv_text(rows))
   targets = [(out, ".")]
   if md:
-    folder = image_folder(md)
     targets.append((folder, os.path.basename(folder)))
   for folder, _ in targets:
     results.plot_curves(summary, os.path.join(folder,
@@ -327,10 +330,11 @@ def rescore(out: str, *, num_tasks: int = 256, seed: int = 12345,
     raise ValueError(f"no runs of method(s) {unknown} under {out}; it holds "
                      f"{sorted(found)}")
   if md:
-    _check_section(md, begin=RESCORED_BEGIN, end=RESCORED_END)
+    _replaced(md, "", begin=RESCORED_BEGIN, end=RESCORED_END)  # before work
   if fractions and 1 not in fractions:  # the final, as Table 6's last column
     fractions = [*fractions, 1.0]
-  recorded = _planned(runner.read_status(os.path.join(out, runner.STATUS)))
+  recorded = _planned(_recorded(
+      runner.read_status(os.path.join(out, runner.STATUS))))
   reports, left_out = {}, {}
   for m, by_seed in found.items():
     if methods is not None and m not in methods:
@@ -460,22 +464,22 @@ def _update_section(md: str, text: str, *, begin: str, end: str) -> None:
     ValueError: markers `replace_section` refuses, named with `md`; the file
       is left as it is.
   """
+  atomic.write_text(md, _replaced(md, text, begin=begin, end=end))
+
+
+def _replaced(md: str, text: str, *, begin: str, end: str) -> str:
+  """The Markdown file `md` (empty if absent) with `text` between the
+  markers; called with "" before any work, to refuse bad markers early.
+
+  Raises:
+    ValueError: markers `replace_section` refuses, named with `md`.
+  """
   old = epath.Path(md).read_text() if os.path.exists(md) else ""
   try:
-    new = replace_section(old, text, begin=begin, end=end)
+    return replace_section(old, text, begin=begin, end=end)
   except ValueError as e:
-    raise ValueError(f"{md}: {e}; fix it by hand, nothing was written "
-                     "there") from None
-  atomic.write_text(md, new)
-
-
-def _check_section(md: str, *, begin: str, end: str) -> None:
-  """Raises `_update_section`'s ValueError now, before any work."""
-  if os.path.exists(md):
-    try:
-      replace_section(epath.Path(md).read_text(), "", begin=begin, end=end)
-    except ValueError as e:
-      raise ValueError(f"{md}: {e}; fix it by hand, then rerun") from None
+    raise ValueError(f"{md}: {e}; fix it by hand (nothing was written "
+                     "there), then rerun") from None
 
 
 def _provenance(summary, histories, out, md, target) -> str:
