@@ -38,7 +38,7 @@ PARAMS = "params"
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5",
                     ".msgpack", ".ckpt", ".index.json", ".tmp")
 # The dtypes orbax_to_hf writes: the floats safetensors stores.
-DTYPES = ("float32", "bfloat16", "float16", "float64")
+DTYPES = hf.FLOAT_DTYPES
 
 
 def _side_files(folder: str) -> list[str]:
@@ -225,8 +225,8 @@ def main(argv=None) -> None:
     from seed_jax import distributed  # pylint: disable=g-import-not-at-top
     distributed.initialize()
     convert = hf_to_orbax if args.direction == "hf_to_orbax" else orbax_to_hf
-    kwargs = {} if args.dtype is None else {"dtype": args.dtype}
-    config = convert(args.src, args.dst, mesh_shape=args.mesh, **kwargs)
+    config = convert(args.src, args.dst, mesh_shape=args.mesh,
+                     dtype=args.dtype)
   except KeyError as e:  # a tensor missing from the source
     raise SystemExit(f"error: {e.args[0]}") from None
   except (OSError, ValueError) as e:

@@ -289,7 +289,7 @@ def load_config(path: str, **overrides) -> model_lib.ModelConfig:
 
 
 # The floating dtypes a checkpoint's weights may be kept in.
-_FLOAT_DTYPES = ("float32", "bfloat16", "float16", "float64")
+FLOAT_DTYPES = ("float32", "bfloat16", "float16", "float64")
 
 
 def weights_dtype(path: str) -> str | None:
@@ -309,20 +309,20 @@ def weights_dtype(path: str) -> str | None:
   for key in ("dtype", "torch_dtype"):
     name = hf_cfg.get(key)
     name = name.removeprefix("torch.") if isinstance(name, str) else name
-    if name in _FLOAT_DTYPES:
+    if name in FLOAT_DTYPES:
       return name
   try:
     files = _safetensors_files(path)
   except FileNotFoundError:
     return None
-  floats = []
+  first = None
   for f in files:
     for name, array in read_safetensors(f).items():  # headers and a mmap
-      if array.dtype.name in _FLOAT_DTYPES:
+      if array.dtype.name in FLOAT_DTYPES:
         if name == "model.embed_tokens.weight":
           return array.dtype.name
-        floats.append(array.dtype.name)
-  return floats[0] if floats else None
+        first = first or array.dtype.name
+  return first
 
 
 def _safetensors_files(path: str) -> list[str]:
@@ -348,7 +348,7 @@ def _equal(a: np.ndarray, b: np.ndarray, rows: int = 4096) -> bool:
   if a.shape != b.shape:
     return False
   return all(np.array_equal(a[i:i + rows], b[i:i + rows])
-             for i in range(0, a.shape[0] if a.ndim else 1, rows))
+             for i in range(0, a.shape[0], rows))
 
 
 def load_pretrained(

@@ -306,14 +306,14 @@ class OpenAITeacher:
         body = response.read()
     except urllib.error.HTTPError as e:
       reason = f"HTTP {e.code} {e.reason}"
-      said = _error_body(e) if not 300 <= e.code < 400 else ""
-      if said:
-        reason = f"{reason}: {said}"
       if 300 <= e.code < 400:
         raise TeacherUnavailableError(
             self.url, 1, f"{reason}: the endpoint redirects to "
             f"{e.headers.get('Location')!r}; use that as the base URL",
             e.code) from e
+      said = _error_body(e)
+      if said:
+        reason = f"{reason}: {said}"
       if _retryable(e.code):
         raise _Retryable(reason, e.code, _retry_after(e.headers)) from e
       if e.code in _REJECT_STATUS:
