@@ -27,6 +27,7 @@ import math
 from typing import Any, Callable, Sequence
 
 import jax
+from jax.experimental import mesh_utils
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 import numpy as np
 
@@ -81,7 +82,8 @@ def make_mesh(shape: Sequence[int] = (-1, 1, 1),
   """A (data, fsdp, tensor) mesh; one size may be -1 (the rest of devices).
 
   Axes are `Auto`: shardings are given on jit inputs and outputs and XLA
-  propagates them inside, which is what every function here expects.
+  propagates them inside, which is what every function here expects. The
+  devices are placed by topology (see `_device_grid`).
 
   Raises:
     ValueError: when the sizes do not multiply to the device count.
@@ -105,8 +107,31 @@ def make_mesh(shape: Sequence[int] = (-1, 1, 1),
   if math.prod(shape) != len(devices):
     raise ValueError(f"mesh {dict(zip(MESH_AXES, shape))} needs "
                      f"{math.prod(shape)} devices, {len(devices)} available")
-  dev = np.asarray(devices).reshape(shape)
-  return Mesh(dev, MESH_AXES, axis_types=(AxisType.Auto,) * 3)
+  return Mesh(_device_grid(shape, devices), MESH_AXES,
+              axis_types=(AxisType.Auto,) * 3)
+
+
+def _device_grid(shape: Sequence[int],
+                 devices: Sequence[jax.Device]) -> np.ndarray:
+  """Devices laid out for fast collectives (TPU torus, GPU ids), else in order.
+
+  `mesh_utils.create_device_mesh` maps the mesh onto the physical topology,
+  so the innermost axes (tensor, then fsdp) ride the fastest links. Shapes it
+  cannot map fall back to plain order. Several TPU slices (multislice) put
+  the data axis across slices, over the slower data-centre network.
+  """
+  slices = len({getattr(d, "slice_index", 0) for d in devices})
+  try:
+    if slices > 1 and shape[0] % slices == 0:  # data parallel across slices
+      return mesh_utils.create_hybrid_device_mesh(
+          (shape[0] // slices, *shape[1:]), (slices, 1, 1), devices,
+          allow_split_physical_axes=True)
+    return mesh_utils.create_device_mesh(shape, devices,
+                                         allow_split_physical_axes=True)
+  except (ValueError, NotImplementedError, AssertionError) as e:
+    logging.warning("mesh %s: devices in plain order, not by topology (%s)",
+                    dict(zip(MESH_AXES, shape)), e)
+    return np.asarray(devices).reshape(shape)
 
 
 def _mesh_axes_size(mesh: Mesh, axes) -> int:

@@ -30,6 +30,49 @@ def test_make_mesh_sizes():
     partitioning.make_mesh((-2, -1, 1))
 
 
+def test_make_mesh_places_devices_by_topology(monkeypatch, caplog):
+  devices = jax.devices()
+  calls = []
+
+  def by_topology(shape, devs, **kw):
+    calls.append(tuple(shape))
+    return np.asarray(devs[::-1]).reshape(shape)  # a "topology" order
+
+  monkeypatch.setattr(partitioning.mesh_utils, "create_device_mesh",
+                      by_topology)
+  mesh = partitioning.make_mesh((2, -1, 2))
+  assert calls == [(2, 2, 2)]
+  assert list(mesh.devices.flat) == devices[::-1]
+
+  def cannot(shape, devs, **kw):
+    raise ValueError("no torus for this shape")
+
+  monkeypatch.setattr(partitioning.mesh_utils, "create_device_mesh", cannot)
+  with caplog.at_level("WARNING"):
+    mesh = partitioning.make_mesh((2, -1, 2))
+  assert list(mesh.devices.flat) == devices  # plain order
+  assert "no torus for this shape" in caplog.text
+
+
+def test_several_slices_put_the_data_axis_across_slices(monkeypatch):
+  class Dev:
+    def __init__(self, i):
+      self.id, self.slice_index = i, i // 4
+
+  devs = [Dev(i) for i in range(8)]
+  seen = {}
+
+  def hybrid(ici, dcn, devices, **kw):
+    seen.update(ici=tuple(ici), dcn=tuple(dcn))
+    return np.asarray(devices).reshape(np.multiply(ici, dcn))
+
+  monkeypatch.setattr(partitioning.mesh_utils, "create_hybrid_device_mesh",
+                      hybrid)
+  grid = partitioning._device_grid((4, 2, 1), devs)
+  assert seen == {"ici": (2, 2, 1), "dcn": (2, 1, 1)}
+  assert grid.shape == (4, 2, 1)
+
+
 def test_batch_split_into_micro_batches_over_the_mesh():
   mesh = partitioning.make_mesh((1, -1, 1))  # batch over data x fsdp: 8 ways
   partitioning.check_batch_split(mesh, 32, 4)  # 8 rows per micro-batch
