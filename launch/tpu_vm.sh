@@ -69,6 +69,13 @@ install() {
 check_run() {  # before anything is created or paid for
   : "${GIN_FILE:?set GIN_FILE, e.g. configs/experiments/qwen2_5_3b_alfworld_style.gin}"
   : "${WORKDIR:?set WORKDIR, a directory all workers share}"
+  case "${WORKDIR}" in
+    /*|gs://*) ;;
+    *) echo "WORKDIR=${WORKDIR} is relative: each worker would resolve it on" \
+         "its own disk, under ~/${REMOTE_DIR}; give a shared gs:// or absolute" \
+         "path (e.g. a gcsfuse mount)" >&2
+       exit 2 ;;
+  esac
 }
 
 start() {

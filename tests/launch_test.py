@@ -83,6 +83,17 @@ def test_tpu_vm_workdir_with_a_space_stays_an_assignment(fake_bin):
   assert out == "/mnt/my runs/a\n"
 
 
+@pytest.mark.parametrize("action", ["run", "up"])
+def test_tpu_vm_refuses_a_relative_workdir_before_anything_runs(fake_bin,
+                                                                action):
+  res = _run(fake_bin, "tpu_vm.sh", action, **dict(TPU, WORKDIR="runs/a"))
+  assert res.returncode == 2
+  assert "WORKDIR=runs/a is relative" in res.stderr
+  assert res.stdout == ""  # not even a dry-run command
+  ok = _run(fake_bin, "tpu_vm.sh", "run", **dict(TPU, WORKDIR="gs://b/runs"))
+  assert ok.returncode == 0, ok.stderr
+
+
 def test_tpu_vm_run_refuses_beside_a_live_trainer_and_keeps_the_log(
     fake_bin, tmp_path):
   line = _lines(_run(fake_bin, "tpu_vm.sh", "run", "--gin.X=1", **TPU))[0]
