@@ -330,7 +330,7 @@ def main(argv=None) -> int:
     return 0
   failed = [] if args.summarize else run_local(
       runs, gin_files=args.gin_file, root=root, extra=args.extra)
-  metrics = args.metrics.split(",")
+  metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
   try:
     header, rows = summarize(runs, root, metrics=metrics, failed=failed,
                              num_updates=planned)

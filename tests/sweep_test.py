@@ -250,6 +250,15 @@ def test_a_metric_no_done_run_logged_is_warned_about(tmp_path, capsys):
   assert capsys.readouterr().err == ""
 
 
+def test_metrics_with_spaces_are_the_same_columns(tmp_path, capsys):
+  _write_metrics(str(tmp_path / "s" / "0"),
+                 [{"update": 2, "kl": 0.5, "success_rate": 0.25}])
+  assert _summarize(tmp_path, " kl, success_rate ,") == 0
+  out, err = capsys.readouterr()
+  assert err == ""
+  assert "| 0 | 0.1 | done | 0.5 | 0.25 |" in out
+
+
 def test_no_warning_while_no_run_is_done(tmp_path, capsys):
   _write_metrics(str(tmp_path / "s" / "0"), [{"update": 1, "kl": 0.5}])
   assert _summarize(tmp_path, "eval/seen/success") == 0
