@@ -44,6 +44,14 @@ Params = dict[str, Any]
 
 FAMILIES = ("llama", "qwen2", "qwen3")
 # config.json keys with no default worth guessing: the weights' shapes.
+_SIZES = ("vocab_size", "hidden_size", "intermediate_size", "num_layers",
+          "num_heads", "num_kv_heads", "head_dim", "max_position_embeddings")
+
+
+def _is_int(v: Any) -> bool:
+  return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+
 _REQUIRED_HF_KEYS = ("vocab_size", "hidden_size", "intermediate_size",
                      "num_hidden_layers", "num_attention_heads")
 
@@ -86,6 +94,19 @@ class ModelConfig:
     if self.family not in FAMILIES:
       raise ValueError(
           f"unsupported model family {self.family!r}; supported: {FAMILIES}")
+    bad = [f"{k}={getattr(self, k)!r}" for k in _SIZES
+           if not _is_int(getattr(self, k)) or getattr(self, k) < 1]
+    if bad:
+      raise ValueError(f"model sizes must be positive integers: "
+                       f"{', '.join(bad)}")
+    ids = {"bos_token_id": self.bos_token_id,
+           "pad_token_id": self.pad_token_id,
+           **{f"eos_token_id[{i}]": t for i, t in enumerate(self.eos_token_ids)}}
+    bad = [f"{k}={t!r}" for k, t in ids.items()
+           if t is not None and (not _is_int(t) or t < 0)]
+    if bad:
+      raise ValueError(f"token ids must be non-negative integers (a token's "
+                       f"text is not its id): {', '.join(bad)}")
     if self.num_heads % self.num_kv_heads:
       raise ValueError(
           f"num_heads={self.num_heads} is not a multiple of "
@@ -101,8 +122,10 @@ class ModelConfig:
     Raises:
       ValueError: for an architecture other than Llama, Qwen2 or Qwen3, a
         missing size (vocab_size, hidden_size, intermediate_size,
-        num_hidden_layers, num_attention_heads), or a feature this decoder
-        does not implement (sliding window, mlp bias, other RoPE types).
+        num_hidden_layers, num_attention_heads), a size that is not a
+        positive integer, a token id that is not an integer, or a feature
+        this decoder does not implement (sliding window, mlp bias, other
+        RoPE types).
     """
     family = hf.get("model_type")
     if family not in FAMILIES:
@@ -114,6 +137,11 @@ class ModelConfig:
     if missing:
       raise ValueError(f"config.json lacks {', '.join(missing)}, which a "
                        f"{family} model needs")
+    bad = [f"{k}={hf[k]!r}" for k in _REQUIRED_HF_KEYS
+           if not _is_int(hf[k]) or hf[k] < 1]
+    if bad:  # before head_dim is derived from them
+      raise ValueError(f"config.json's sizes must be positive integers: "
+                       f"{', '.join(bad)}")
     if hf.get("use_sliding_window"):
       raise ValueError("config.json asks for sliding-window attention, "
                        "which seed_jax does not implement")
@@ -151,8 +179,9 @@ class ModelConfig:
                        "supported: default, llama3")
     heads = hf["num_attention_heads"]
     # transformers' Qwen3Config defaults head_dim to 128, not hidden / heads.
-    head_dim = hf.get("head_dim") or (
-        128 if family == "qwen3" else hf["hidden_size"] // heads)
+    head_dim = hf.get("head_dim")
+    if head_dim is None:
+      head_dim = 128 if family == "qwen3" else hf["hidden_size"] // heads
     eos = hf.get("eos_token_id")
     eos = () if eos is None else tuple(eos) if isinstance(eos, list) else (eos,)
     attention_bias = bool(hf.get("attention_bias", False))
@@ -163,7 +192,8 @@ class ModelConfig:
         intermediate_size=hf["intermediate_size"],
         num_layers=hf["num_hidden_layers"],
         num_heads=heads,
-        num_kv_heads=hf.get("num_key_value_heads") or heads,
+        num_kv_heads=(heads if hf.get("num_key_value_heads") is None
+                      else hf["num_key_value_heads"]),
         head_dim=head_dim,
         rms_norm_eps=hf.get("rms_norm_eps", 1e-6),
         rope_theta=float(theta),
@@ -203,9 +233,14 @@ class ModelConfig:
     arch = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
             "qwen3": "Qwen3ForCausalLM"}[self.family]
     rope: dict[str, Any] = {"rope_type": "default", "rope_theta": self.rope_theta}
+    legacy = {}
     if self.rope_scaling is not None:
       rope = {"rope_type": "llama3", "rope_theta": self.rope_theta,
               **dataclasses.asdict(self.rope_scaling)}
+      # transformers before v5 reads rope_scaling (theta at the top level);
+      # v5 takes it in place of rope_parameters, to the same effect.
+      legacy = {"rope_scaling": {"rope_type": "llama3",
+                                 **dataclasses.asdict(self.rope_scaling)}}
     out = {
         "architectures": [arch], "model_type": self.family,
         "vocab_size": self.vocab_size, "hidden_size": self.hidden_size,
@@ -214,7 +249,7 @@ class ModelConfig:
         "num_attention_heads": self.num_heads,
         "num_key_value_heads": self.num_kv_heads, "head_dim": self.head_dim,
         "rms_norm_eps": self.rms_norm_eps, "rope_theta": self.rope_theta,
-        "rope_parameters": rope,
+        "rope_parameters": rope, **legacy,
         "tie_word_embeddings": self.tie_embeddings,
         "max_position_embeddings": self.max_position_embeddings,
         "hidden_act": "silu", "torch_dtype": self.param_dtype,

@@ -433,6 +433,40 @@ def test_a_legacy_rope_scaling_of_another_type_is_refused():
         {**base, "rope_scaling": {"type": "linear", "factor": 4.0}})
 
 
+@pytest.mark.parametrize("change,match", [
+    ({"num_key_value_heads": 0}, r"positive integers: num_kv_heads=0"),
+    ({"head_dim": 0}, r"positive integers: head_dim=0"),
+    ({"hidden_size": "8"}, r"positive integers: hidden_size='8'"),
+    ({"num_hidden_layers": True}, r"positive integers: num_hidden_layers=True"),
+    ({"eos_token_id": "</s>"},
+     r"token ids must be .*: eos_token_id\[0\]='</s>'"),
+    ({"eos_token_id": [2, -1]}, r"eos_token_id\[1\]=-1"),
+    ({"pad_token_id": 1.5}, r"pad_token_id=1.5"),
+])
+def test_odd_config_values_are_named(change, match):
+  base = {"model_type": "llama", "vocab_size": 128, "hidden_size": 8,
+          "intermediate_size": 4, "num_hidden_layers": 1,
+          "num_attention_heads": 2}
+  with pytest.raises(ValueError, match=match):
+    model_lib.ModelConfig.from_hf({**base, **change})
+
+
+def test_a_llama3_rope_is_written_for_old_and_new_readers(tmp_path):
+  import transformers  # pylint: disable=g-import-not-at-top
+  config = testing.tiny_config("llama").replace(
+      rope_theta=5e5, rope_scaling=model_lib.RopeScaling(8.0, 1.0, 4.0, 16))
+  out = config.to_hf()
+  # transformers < 5 reads rope_scaling and the top-level theta.
+  assert out["rope_scaling"] == {
+      "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+      "high_freq_factor": 4.0, "original_max_position_embeddings": 16}
+  assert out["rope_theta"] == 5e5
+  assert model_lib.ModelConfig.from_hf(out) == config
+  theirs = transformers.LlamaConfig(**out)
+  assert theirs.rope_parameters == out["rope_parameters"]
+  assert "rope_scaling" not in config.replace(rope_scaling=None).to_hf()
+
+
 def test_a_config_without_a_size_is_named(tmp_path):
   _saved(tmp_path, "qwen2", {})
   _edit_config(tmp_path, intermediate_size=None, num_hidden_layers=None)
