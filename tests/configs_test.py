@@ -44,6 +44,24 @@ def test_experiment_config_parses(path):
   assert gin.query_parameter("%WORKDIR") == "/unused"
 
 
+def test_the_external_teacher_file_binds_a_teacher_like_the_rl_config(
+    monkeypatch):
+  monkeypatch.setenv("SEED_TEACHER_BASE_URL", "http://teacher:8000/v1")
+  monkeypatch.setenv("SEED_TEACHER_MODEL", "judge")
+  train.parse_gin(["configs/experiments/tiny.gin",
+                   "configs/runs/external_teacher.gin"],
+                  ["ANALYSIS_MODE = 'episode_step'",
+                   "teacher.OpenAITeacher.max_concurrency = 2"],
+                  finalize=True)
+  rl = gin.get_configurable(trainer.RLConfig)()
+  t = _resolve(gin.query_parameter("train.train.teacher"))
+  assert rl.analyzer == "external"
+  assert (t.mode, t.max_critical_steps) == (rl.analysis_mode,
+                                           rl.max_critical_steps)
+  assert t.mode == "episode_step"
+  assert t.max_concurrency == 2
+
+
 def test_default_main_job_is_the_demo():
   assert train.DEFAULT_GIN == "configs/experiments/demo.gin"
   gin.parse_config_files_and_bindings([train.DEFAULT_GIN], [],
