@@ -152,6 +152,10 @@ def train(workdir: str, *,
   # start and Stage 1.
   mesh = partitioning.make_mesh(mesh_shape) if mesh_shape else None
   trainer_lib.check_layout(rl, mesh, rollout_chunks)
+  if mesh is None and jax.device_count() > 1:
+    logging.warning("%d devices and no train.train.mesh_shape: training uses "
+                    "one of them; set mesh_shape, e.g. (1, -1, 1), to use "
+                    "them all", jax.device_count())
   if "://" not in str(workdir):  # orbax needs absolute local paths
     workdir = os.path.abspath(workdir)
   workdir = epath.Path(workdir)

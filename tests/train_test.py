@@ -379,6 +379,23 @@ def test_the_mesh_is_checked_before_the_policy_is_built(
   assert not built
 
 
+@pytest.mark.parametrize("mesh_shape,warned", [(None, True),
+                                               ((1, -1, 1), False)])
+def test_idle_devices_without_a_mesh_are_warned_about(tmp_path, caplog,
+                                                      mesh_shape, warned):
+  from seed_jax import trainer  # pylint: disable=g-import-not-at-top
+
+  def policy_fn(workdir, seed):
+    raise KeyboardInterrupt  # stop before any work
+
+  with caplog.at_level("WARNING"), pytest.raises(KeyboardInterrupt):
+    train.train(str(tmp_path / "run"), policy_fn=policy_fn,
+                rl=trainer.RLConfig(num_groups=2, group_size=4,
+                                    mini_batch_size=8, micro_batches=1),
+                mesh_shape=mesh_shape)
+  assert ("8 devices and no train.train.mesh_shape" in caplog.text) == warned
+
+
 @pytest.mark.parametrize("env,message", [
     ({"SEED_NUM_PROCESSES": "2"},
      "error: 2 processes but no coordinator: set SEED_COORDINATOR"),
