@@ -251,13 +251,21 @@ def write_summary(root: str, header, rows) -> str:
 
 
 def run_local(runs: Sequence[Mapping[str, Any]], *, gin_files: Sequence[str],
-              root: str, extra: Sequence[str] = ()) -> list[int]:
-  """Trains every run here, one after another; returns the failed indices."""
+              root: str, extra: Sequence[str] = (),
+              only: Sequence[int] | None = None) -> list[int]:
+  """Trains the runs here, one after another; returns the failed indices.
+
+  Args:
+    only: the indices to train (default all); run i trains in `root/i`
+      whichever runs are left out.
+  """
   import gin  # pylint: disable=g-import-not-at-top
   from seed_jax import train  # pylint: disable=g-import-not-at-top
   failed = []
-  for i, b in enumerate(runs):
-    print(f"sweep run {i + 1}/{len(runs)}: {b}", flush=True)
+  todo = range(len(runs)) if only is None else list(only)
+  for k, i in enumerate(todo):
+    b = runs[i]
+    print(f"sweep run {i} ({k + 1}/{len(todo)}): {b}", flush=True)
     gin.clear_config()
     try:
       train.main(train_argv(gin_files, os.path.join(root, str(i)), b, extra))

@@ -226,6 +226,24 @@ def test_a_pod_launcher_without_emit_commands_is_an_error(
   assert not os.listdir(tmp_path)
 
 
+def test_run_local_trains_only_the_given_runs_in_their_own_folders(
+    tmp_path, monkeypatch):
+  from seed_jax import train  # pylint: disable=g-import-not-at-top
+  seen = []
+
+  def fake_main(argv):
+    seen.append(next(a for a in argv if "WORKDIR" in a))
+    if "2'" in seen[-1]:
+      raise ValueError("diverged")
+
+  monkeypatch.setattr(train, "main", fake_main)
+  runs = [{"a": 1}, {"a": 2}, {"a": 3}, {"a": 4}]
+  failed = sweep.run_local(runs, gin_files=[TINY], root=str(tmp_path),
+                           only=[2, 3])
+  assert [w.rsplit(os.sep, 1)[-1] for w in seen] == ["2'", "3'"]
+  assert failed == [2]
+
+
 def _summarize(tmp_path, metrics):
   sweep_file = tmp_path / "s.py"
   sweep_file.write_text("def sweep():\n  for lr in (0.1, 0.2, 0.3):\n"
