@@ -349,8 +349,15 @@ def format_table(table: Sequence[dict[str, Any]]) -> str:
 # -- entry point --------------------------------------------------------------
 
 
-def _run_settings(workdir: str) -> dict[str, Any]:
-  """The run's `train.train` arguments, from the config.gin it wrote."""
+def run_settings(workdir: str) -> dict[str, Any]:
+  """The run's `train.train` arguments, from the config.gin it wrote.
+
+  Evaluation, `experiments` (planned updates) and `gaps` read runs with it.
+
+  Raises:
+    FileNotFoundError: no config.gin in `workdir`.
+    ValueError: a config.gin that does not parse, or not a training run's.
+  """
   # Imported here: gin is the entry point's business, not the library's.
   import gin  # pylint: disable=g-import-not-at-top
   from seed_jax import train as train_lib  # pylint: disable=g-import-not-at-top
@@ -404,7 +411,7 @@ def check_writable(path: str, *, what: str) -> None:
 
 
 def run_optimizer(run: dict[str, Any]) -> optax.GradientTransformation:
-  """The optimizer of a run's `_run_settings` (its state is restored too)."""
+  """The optimizer of a run's `run_settings` (its state is restored too)."""
   from seed_jax import train_step  # pylint: disable=g-import-not-at-top
   return train_step.make_optimizer(
       run["learning_rate"], weight_decay=run["weight_decay"],
@@ -477,7 +484,7 @@ def main(argv=None) -> dict[str, Any]:
   try:
     step = pick_step(checkpoint_steps(workdir), args.step)
     out_json, out_csv = _outputs(args, workdir, step)
-    run = _run_settings(workdir)
+    run = run_settings(workdir)
   except (FileNotFoundError, ValueError) as e:
     raise SystemExit(f"error: {e}") from e
   tx = run_optimizer(run)

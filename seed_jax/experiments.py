@@ -349,7 +349,7 @@ def rescore(out: str, *, num_tasks: int = 256, seed: int = 12345,
       planned = recorded.get(m, {}).get(s)
       try:
         if planned is None:  # not run by `run`: the run's own settings
-          settings = evaluate._run_settings(workdir)  # pylint: disable=protected-access
+          settings = evaluate.run_settings(workdir)
           planned = int(settings["num_updates"])
       except (FileNotFoundError, ValueError) as e:
         left_out[f"{m}/seed{s}"] = f"its planned updates are unknown: {e}"

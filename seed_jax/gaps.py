@@ -168,7 +168,7 @@ def main(argv=None) -> dict[str, Any]:
       workdir, f"{name}_step_{args.step}.json" if args.step else f"{name}.json")
   try:
     evaluate.check_writable(out, what="the report")  # before any work
-    run = evaluate._run_settings(workdir)  # pylint: disable=protected-access
+    run = evaluate.run_settings(workdir)
     config, tokenizer = evaluate.load_policy(workdir, run["policy_fn"],
                                              seed=run["seed"])
     # A SEED update's analysis and scoring, whatever the run's variant; no
