@@ -67,7 +67,9 @@ class Stage1Config:
   # Task groups rolled out and annotated at once (None: all). Each finished
   # batch is kept in `workdir/stage1_records`, and a rerun goes on from the
   # first batch not kept: with a teacher, a smaller batch loses less when it
-  # goes down.
+  # goes down. Whatever the batch, the sampler takes at most
+  # `rollout.Policy`'s max_rows (256) episodes per call; configs/runs/rl.gin
+  # binds 16 (x 8 = 128 episodes, one RL update's).
   tasks_per_batch: int | None = None
 
   def __post_init__(self):
@@ -248,10 +250,13 @@ def run_stage1(policy: Policy, cfg: Stage1Config, workdir: epath.Path, *,
         epochs=cfg.epochs, batch_size=cfg.batch_size, buckets=cfg.buckets,
         response_len_max=cfg.response_len_max)
   print(f"stage 1 SFT: {report} ({time.time() - t0:.0f}s)", flush=True)
-  # What RL's self-analysis must ask for byte for byte (RLTrainer checks).
+  # What RL's self-analysis must ask for byte for byte, and the longest
+  # analysis trained on, which RL's token budget should reach (RLTrainer
+  # checks both).
   report = dict(report, collection=stats, analysis_prompt=dict(
       mode=cfg.analysis_mode, max_critical_steps=cfg.max_critical_steps,
-      max_chars=cfg.max_prompt_chars, max_tokens=max_tokens))
+      max_chars=cfg.max_prompt_chars, max_tokens=max_tokens),
+                response_len_max=cfg.response_len_max)
   return Policy(policy.config, params, policy.tokenizer,
                 dict(policy.report, stage1=report))
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from typing import Callable, Sequence
 
 import jax
@@ -26,6 +27,11 @@ from seed_jax.envs import base as envs_base
 STOP_STRINGS = ("</action>",)
 # The family of an episode whose environment could not reset (no task).
 RESET_FAILED = "reset_failed"
+# The date chat templates that print one (Llama 3.x's "Today Date: ...") are
+# given: without it they print the day of the call, and the same prompt would
+# tokenize differently from one day to the next. It is the date Llama 3.x
+# templates write when they have no clock; templates without a date ignore it.
+CHAT_DATE_STRING = "26 Jul 2024"
 
 
 @dataclasses.dataclass
@@ -35,6 +41,27 @@ class Generation:
   prompt_ids: list[int]  # the encoded prompt (after any truncation)
   response_ids: list[int]  # the sampled tokens (stop/EOS token included)
   logprobs: list[float]  # per token, at the policy's logprob_temperature
+  # Cut at max_new_tokens: the response ended on neither EOS nor a stop string.
+  truncated: bool = False
+
+
+class Sampled(tuple):
+  """`(prompt_ids, response_ids, logprobs)` of one prompt, as a plain 3-tuple
+  unpacks, and `.truncated`: the response hit max_new_tokens before EOS or a
+  stop string.
+
+  Example: `kept, response, logprobs = s` and `s.truncated`.
+  """
+  truncated: bool
+
+  def __new__(cls, prompt_ids: list[int], response_ids: list[int],
+              logprobs: list[float], truncated: bool = False) -> "Sampled":
+    out = super().__new__(cls, (prompt_ids, response_ids, logprobs))
+    out.truncated = bool(truncated)
+    return out
+
+  def __getnewargs__(self):  # pickle and copy keep the flag
+    return (*self, self.truncated)
 
 
 GenerateFn = Callable[[Sequence[str], jax.Array], list[Generation]]
@@ -47,14 +74,25 @@ class Policy:
   left-padded into length buckets, and the number of rows is padded up to
   `min_rows` times a power of two (filler rows sample nothing) so the
   sampler compiles once per (row bucket, prompt bucket).
+
+  `max_rows` caps the rows of one sampler call, and with them its KV cache
+  (rows x layers x context): more prompts are sampled in consecutive slices
+  of at most that many rows (the largest `min_rows` times a power of two
+  that fits; a larger `min_rows` wins), slice j with key
+  `fold_in(rng, j)`, results in prompt order. Up to the cap, one call as
+  without it. None: no cap.
   """
 
   def __init__(self, config: model_lib.ModelConfig, tokenizer, *,
                max_new_tokens: int, buckets=sampler_lib.DEFAULT_BUCKETS,
                stop_strings: Sequence[str] = STOP_STRINGS,
                truncate_prompts: bool = False, min_rows: int = 1,
+               max_rows: int | None = 256,
                use_chat_template: bool = True,
                logprob_temperature: float = 1.0):
+    if max_rows is not None and max_rows < 1:
+      raise ValueError(f"max_rows must be >= 1 or None (no cap), got "
+                       f"{max_rows}")
     self.config = config
     # The temperature of the log-probs the sampler returns (`sampler.sample`).
     self.logprob_temperature = logprob_temperature
@@ -69,6 +107,7 @@ class Policy:
     self.stop_table = None if table is None else jnp.asarray(table)
     self.truncate_prompts = truncate_prompts
     self.min_rows = min_rows
+    self.max_rows = max_rows
     self.use_chat_template = use_chat_template
     self.pad_id = (tokenizer.pad_token_id if tokenizer.pad_token_id is not None
                    else config.pad_token_id or 0)
@@ -105,7 +144,7 @@ class Policy:
     if self.use_chat_template and self.tokenizer.chat_template:
       text = self.tokenizer.apply_chat_template(
           [{"role": "user", "content": prompt}], tokenize=False,
-          add_generation_prompt=True)
+          add_generation_prompt=True, date_string=CHAT_DATE_STRING)
     else:
       text = prompt
     return self.tokenizer.encode(text, add_special_tokens=False)
@@ -116,17 +155,46 @@ class Policy:
       rows *= 2
     return rows
 
+  def rows_per_call(self) -> int | None:
+    """The most prompts one sampler call takes (None: no cap): the largest
+    `min_rows` times a power of two within `max_rows`, or `min_rows`."""
+    if self.max_rows is None:
+      return None
+    rows = max(self.min_rows, 1)
+    while rows * 2 <= self.max_rows:
+      rows *= 2
+    return rows
+
   def generate_ids(self, params, prompt_ids: Sequence[Sequence[int]],
                    rng: jax.Array, sampling: sampler_lib.Sampling,
-                   max_new_tokens: int | None = None
-                   ) -> list[tuple[list[int], list[int], list[float]]]:
-    """Samples for already-encoded prompts -> (prompt, response, logprobs)."""
+                   max_new_tokens: int | None = None) -> list[Sampled]:
+    """Samples for already-encoded prompts -> one `Sampled` per prompt:
+    (prompt, response, logprobs) with `.truncated`, in prompt order.
+
+    More prompts than `rows_per_call()` are sampled in slices of that many.
+    """
     n = len(prompt_ids)
     if n == 0:
       return []
     new = max_new_tokens or self.max_new_tokens
     buckets = (self.buckets if new == self.max_new_tokens
                else self.buckets_for(new))
+    per_call = self.rows_per_call()
+    if per_call is None or n <= per_call:
+      return self._sample(params, prompt_ids, rng, sampling, new, buckets)
+    out = []
+    for j, start in enumerate(range(0, n, per_call)):
+      logging.debug("sampling rows %d-%d of %d", start,
+                    min(start + per_call, n), n)
+      out += self._sample(params, prompt_ids[start:start + per_call],
+                          jax.random.fold_in(rng, j), sampling, new, buckets)
+    return out
+
+  def _sample(self, params, prompt_ids: Sequence[Sequence[int]],
+              rng: jax.Array, sampling: sampler_lib.Sampling, new: int,
+              buckets: tuple[int, ...]) -> list[Sampled]:
+    """One sampler call over `prompt_ids`, padded to `_rows` rows."""
+    n = len(prompt_ids)
     rows = list(prompt_ids) + [prompt_ids[0]] * (self._rows(n) - n)
     batch = sampler_lib.pad_left(rows, buckets=buckets,
                                  pad_id=self.pad_id,
@@ -142,14 +210,15 @@ class Policy:
         stop_table=self.stop_table, pad_id=self.pad_id,
         live=np.arange(len(rows)) < n,
         logprob_temperature=self.logprob_temperature)
-    tokens, lengths, logprobs = jax.device_get(
-        (out.tokens, out.lengths, out.logprobs))
+    tokens, lengths, logprobs, done = jax.device_get(
+        (out.tokens, out.lengths, out.logprobs, out.done))
     results = []
     for i in range(n):
       k = int(lengths[i])
       kept = batch.tokens[i][batch.mask[i].astype(bool)].tolist()
-      results.append((kept, tokens[i, :k].tolist(),
-                      logprobs[i, :k].astype(float).tolist()))
+      results.append(Sampled(kept, tokens[i, :k].tolist(),
+                             logprobs[i, :k].astype(float).tolist(),
+                             truncated=not done[i]))
     return results
 
   def decode(self, response_ids: Sequence[int]) -> str:
@@ -168,7 +237,8 @@ class Policy:
     """Samples one response per prompt string."""
     ids = [self.encode(p) for p in prompts]
     outs = self.generate_ids(params, ids, rng, sampling, max_new_tokens)
-    return [Generation(self.decode(r), p, r, lp) for p, r, lp in outs]
+    return [Generation(self.decode(o[1]), *o, truncated=o.truncated)
+            for o in outs]
 
 
 @dataclasses.dataclass
@@ -197,7 +267,7 @@ class RolloutResult:
 def rollout(generate: GenerateFn, pool: envs_base.EnvPool, rng: jax.Array, *,
             env_name: str, max_steps: int, history_length: int = 2,
             group_seeds: Sequence[int] | None = None,
-            uid_offset: int = 0) -> RolloutResult:
+            uid_offset: int = 0, log_every_s: float = 5.0) -> RolloutResult:
   """Plays one batch of grouped episodes to the end.
 
   Args:
@@ -210,6 +280,11 @@ def rollout(generate: GenerateFn, pool: envs_base.EnvPool, rng: jax.Array, *,
     history_length: k recent (observation, action) pairs in the prompt.
     group_seeds: task seeds of the B groups (None: the pool's next seeds).
     uid_offset: added to group ids, so that uids stay unique across batches.
+    log_every_s: a progress line (logging.info: "rollout step 3/30: 97 of
+      128 episodes still running, step 41.2 s, 130 s in all") after each step
+      that ends at least this many seconds after the last line (or the
+      start); 0: after every step. Steps of a large batch take longer than
+      the default, so each gets its line; fast ones log none.
 
   Returns:
     RolloutResult with samples in (step, member) order and one Episode per
@@ -232,10 +307,12 @@ def rollout(generate: GenerateFn, pool: envs_base.EnvPool, rng: jax.Array, *,
   histories: list[list[tuple[str, str]]] = [[] for _ in range(n)]
   samples: list[Sample] = []
   env_steps = 0
+  start = logged = time.monotonic()
   for t in range(max_steps):
     active = pool.active()
     if not active:
       break
+    step_start = time.monotonic()
     rng, sub = jax.random.split(rng)
     prompts = [prompts_lib.build_prompt(
         env_name, eps[i].task, histories[i], observations[i],
@@ -272,6 +349,12 @@ def rollout(generate: GenerateFn, pool: envs_base.EnvPool, rng: jax.Array, *,
           action=actions[i], action_valid=ok, reward=rewards[i], done=last))
       histories[i].append((observations[i], actions[i]))
     observations, infos = new_obs, new_infos
+    now = time.monotonic()
+    if now - logged >= log_every_s:
+      logged = now
+      logging.info("rollout step %d/%d: %d of %d episodes still running, "
+                   "step %.1f s, %.0f s in all", t + 1, max_steps,
+                   len(pool.active()), n, now - step_start, now - start)
   for i, env in enumerate(pool.members):
     ep = eps[i]
     ep.success = bool(pool.won[i])

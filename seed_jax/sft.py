@@ -115,7 +115,9 @@ def evaluate(params, config, tokenizer, records: Sequence[stage1.Record], *,
              buckets=sampler_lib.DEFAULT_BUCKETS) -> dict[str, Any]:
   """Validation loss, parse rate and agreement with the annotator.
 
-  Each prompt is answered greedily and parsed (`skills.parse_analysis`).
+  Each prompt is answered greedily and parsed (`skills.parse_analysis`; an
+  answer cut at `response_len_max` that does not parse counts as
+  "truncated").
   Agreement compares the parsed skill with the record's (the annotator's):
   `skill_exact` is the fraction of records where they are equal (stripped),
   `skill_f1` the mean `stage1.skill_f1`; an unparsed analysis scores 0 on both.
@@ -150,7 +152,8 @@ def evaluate(params, config, tokenizer, records: Sequence[stage1.Record], *,
     for i, gen in zip(rows, gens):
       sample = sample or gen.text
       ref = skills.parse_analysis(examples[i][2]["response"])
-      got = parse.record(skills.parse_analysis(gen.text))
+      got = parse.record(skills.parse_analysis(gen.text,
+                                               truncated=gen.truncated))
       if isinstance(got, skills.Analysis) and isinstance(ref, skills.Analysis):
         exact += float(got.skill == ref.skill)
         f1 += stage1.skill_f1(got.skill, ref.skill)

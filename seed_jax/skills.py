@@ -212,9 +212,11 @@ class ParseError:
   Attributes:
     reason: "no_json" (no decodable object), "missing_skill" (objects, none
       with "episode_skill"), "empty_skill" (only empty or unusable skills),
-      "not_text" (the input was not a string), "prompt_too_long" (the
-      analysis prompt did not fit the policy's context; nothing was asked) or
-      "rejected" (a teacher endpoint refused the request).
+      "not_text" (the input was not a string), "truncated" (the reply was
+      cut at its token budget and does not parse: a budget too small, not a
+      malformed reply), "prompt_too_long" (the analysis prompt did not fit
+      the policy's context; nothing was asked) or "rejected" (a teacher
+      endpoint refused the request).
     detail: a short human-readable note.
   """
   reason: str
@@ -375,7 +377,8 @@ def _candidates(text: str):
 
 
 def parse_analysis(text: Any, *, num_steps: int | None = None,
-                   max_step_skills: int | None = None) -> Analysis | ParseError:
+                   max_step_skills: int | None = None,
+                   truncated: bool = False) -> Analysis | ParseError:
   """Parses an analysis reply, leniently; never raises.
 
   Candidates in order: the whole reply, each fenced ``` block, then every
@@ -389,6 +392,8 @@ def parse_analysis(text: Any, *, num_steps: int | None = None,
     text: the analyzer's reply.
     num_steps: when given, step skills outside 1..num_steps are dropped.
     max_step_skills: when given, only the first K step skills are kept.
+    truncated: the reply was cut at its token budget (`Sampled.truncated`);
+      if it does not parse, the reason is "truncated" whatever it lacks.
 
   Returns:
     An Analysis, or a ParseError saying why there is none.
@@ -426,6 +431,8 @@ def parse_analysis(text: Any, *, num_steps: int | None = None,
         skill=skill,
         step_skills=_step_skills(fields.get("step_skills"), num_steps,
                                  max_step_skills))
+  if truncated:
+    return ParseError("truncated", "cut at the token budget before it parsed")
   if seen_key:
     return ParseError("empty_skill", '"episode_skill" is empty or not text')
   if seen_object:

@@ -40,6 +40,12 @@ VARIANTS = ("grpo", "seed", "opid")
 TRAIN_KEYS = ("prompts", "prompt_mask", "responses", "response_mask",
               "old_logp", "ref_logp", "skill_logp", "advantages", "analyzed")
 ANALYZERS = ("self", "external", "rules")
+# Why a self-analysis gave no skill, counted per update as
+# "analyses_failed/<reason>" (prompt_too_long: "analysis_prompts_too_long").
+SELF_ANALYSIS_FAILURES = ("truncated", "no_json", "missing_skill",
+                          "empty_skill")
+# Per-chunk metrics that are shares (averaged over chunks, not summed).
+RATES = ("analyses_parsed", "analyses_truncated")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -388,15 +394,28 @@ class RLTrainer:
 
   def check_stage1(self, stage1_report: dict[str, Any] | None) -> None:
     """Raises ValueError when the policy's Stage 1 was fine-tuned on other
-    analysis prompts than this run's self-analysis writes.
+    analysis prompts than this run's self-analysis writes; warns when the
+    self-analysis may write fewer tokens than Stage 1's targets had.
 
-    `stage1_report` is `Policy.report["stage1"]` (absent without Stage 1 or
-    from policies saved before the report named its prompts: no check).
+    `stage1_report` is `Policy.report["stage1"]` (absent without Stage 1:
+    no check; one saved before the report named its prompts or its
+    `response_len_max` skips that check).
     """
-    trained = (stage1_report or {}).get("analysis_prompt")
-    if not trained or not self.rl.analyzes or self.rl.analyzer != "self":
+    rl, report = self.rl, stage1_report or {}
+    if not rl.analyzes or rl.analyzer != "self":
       return
-    rl = self.rl
+    longest = report.get("response_len_max")
+    if longest and rl.analysis_max_new_tokens < longest:
+      logging.warning(
+          "RLConfig.analysis_max_new_tokens=%d is below the "
+          "Stage1Config.response_len_max=%d that Stage 1 fine-tuned the "
+          "policy's analyses to: analyses longer than %d tokens are cut and "
+          "fail to parse (analyses_failed/truncated); raise "
+          "analysis_max_new_tokens to %d", rl.analysis_max_new_tokens,
+          longest, rl.analysis_max_new_tokens, longest)
+    trained = report.get("analysis_prompt")
+    if not trained:
+      return
     ours = dict(mode=rl.analysis_mode, max_critical_steps=rl.max_critical_steps,
                 max_chars=rl.analysis_max_chars,
                 max_tokens=self.analysis_max_tokens)
@@ -456,20 +475,26 @@ class RLTrainer:
     gens = iter(self.analyst.generate_ids(
         params, [encode(b.text) for b in built if b is not None], rng,
         sampler_lib.Greedy()))
+    cut = 0  # analyses that hit analysis_max_new_tokens
     for ep, b in zip(episodes, built):
       if b is None:
         stats.record(skills.ParseError("prompt_too_long"))
         continue
-      _, response_ids, _ = next(gens)
+      out = next(gens)
+      truncated = getattr(out, "truncated", False)  # a stand-in's 3-tuple
+      cut += truncated
       parsed = stats.record(skills.parse_analysis(
-          self.analyst.decode(response_ids), num_steps=ep.length,
-          max_step_skills=k))
+          self.analyst.decode(out[1]), num_steps=ep.length,
+          max_step_skills=k, truncated=truncated))
       if isinstance(parsed, skills.Analysis):
         found[ep.traj_uid] = parsed
     fitted = [b for b in built if b is not None]
     return found, {"analyses_parsed": stats.rate,
+                   "analyses_truncated": cut / max(len(fitted), 1),
                    "analysis_steps_cut": float(sum(b.steps_cut for b in fitted)),
-                   "analysis_prompts_too_long": float(len(built) - len(fitted))}
+                   "analysis_prompts_too_long": float(len(built) - len(fitted)),
+                   **{f"analyses_failed/{r}": float(stats.reasons.get(r, 0))
+                      for r in SELF_ANALYSIS_FAILURES}}
 
   def _play_chunk(self, params, chunk: int, rng_roll, rng_an,
                   update_index: int) -> dict[str, Any]:
@@ -544,7 +569,7 @@ class RLTrainer:
     for key in (parts[0]["an"] if parts else {}):
       vals = [p["an"][key] for p in parts]
       metrics[key] = (float(np.average(vals, weights=sizes))
-                      if key == "analyses_parsed" else float(np.sum(vals)))
+                      if key in RATES else float(np.sum(vals)))
     return Collected(samples, episodes, found, metrics)
 
   # -- learning phase -------------------------------------------------------
@@ -554,6 +579,7 @@ class RLTrainer:
     """Advantages, skill prompts and the three log-probs of every sample:
     the training batch of `update` and its metrics (`ref_params`, the KL
     reference, is read only when `kl_coef` is set)."""
+    self._check_reference(ref_params)
     rl, samples, episodes, found = self.rl, c.samples, c.episodes, c.skills
     returns = np.asarray([episodes[s.traj_uid].episode_return
                           for s in samples], np.float32)
@@ -630,6 +656,14 @@ class RLTrainer:
         "skill_logp_gap": float(gap.mean()) if gap.size else 0.0,
         "valid_action_ratio": float(valid.mean()) if n else 0.0}
 
+  def _check_reference(self, ref_params) -> None:
+    """Raises ValueError when the KL term needs a reference that is None."""
+    if self.rl.kl_coef and ref_params is None:
+      raise ValueError(
+          f"RLConfig.kl_coef={self.rl.kl_coef} needs the KL reference "
+          "parameters, but ref_params is None: pass the reference (e.g. "
+          "place_params(initial params)) or set kl_coef=0")
+
   def _learn(self, state, batch, rng: jax.Array, *,
              update_index: int) -> tuple[Any, dict]:
     """Mini-batched optimizer steps over shuffled rows, ppo_epochs times."""
@@ -653,7 +687,12 @@ class RLTrainer:
 
   def update(self, state: ts.TrainState, ref_params, rng: jax.Array, *,
              update_index: int) -> tuple[ts.TrainState, dict[str, float]]:
-    """One RL update (every process calls it); host metrics on all."""
+    """One RL update (every process calls it); host metrics on all.
+
+    Raises:
+      ValueError: `kl_coef` set and `ref_params` None (before the rollouts).
+    """
+    self._check_reference(ref_params)
     rng_collect, rng_perm = jax.random.split(rng)
     collected = self.collect(state.params, rng_collect,
                              update_index=update_index)

@@ -1,6 +1,10 @@
 """Rollout: a scripted policy yields exactly the expected samples; the real
 sampler's log-probs agree with the scorer."""
 
+import logging
+import pickle
+import re
+
 import jax
 import numpy as np
 import pytest
@@ -182,3 +186,118 @@ def test_a_per_call_token_budget_picks_the_buckets_that_fit_it():
   with pytest.raises(ValueError, match="no prompt bucket fits"):
     policy.generate_ids(params, [prompt], jax.random.key(1), sampler.Greedy(),
                         max_new_tokens=60)
+
+
+def _tiny_sampler(**policy_kw):
+  """(policy, params) of a random tiny model over a small BPE."""
+  tok = tokenizer_lib.train_tokenizer(["a b c d e f g h"] * 5, vocab_size=300)
+  cfg = testing.tiny_config(vocab_size=len(tok), max_position_embeddings=64,
+                            eos_token_ids=(tok.eos_token_id,))
+  params = model_lib.init_params(cfg, jax.random.key(0))
+  kw = dict(max_new_tokens=6, buckets=(16,))
+  kw.update(policy_kw)
+  return rollout.Policy(cfg, tok, **kw), params
+
+
+def test_many_prompts_are_sampled_in_slices_of_at_most_max_rows(monkeypatch):
+  calls = []
+  real = sampler.sample
+
+  def spy(params, prompts, mask, rng, **kw):
+    calls.append((prompts.shape[0], jax.random.key_data(rng).tolist()))
+    return real(params, prompts, mask, rng, **kw)
+
+  monkeypatch.setattr(rollout.sampler_lib, "sample", spy)
+  prompts = [[5 + i, 6, 7 + i % 3] for i in range(10)]
+  rng, hot = jax.random.key(3), sampler.Temperature(1.0)
+  capped, params = _tiny_sampler(max_rows=4)
+  assert capped.rows_per_call() == 4
+  out = capped.generate_ids(params, prompts, rng, hot)
+  # Three calls of 4, 4 and 2 rows, each with its own key; prompt order kept.
+  assert [rows for rows, _ in calls] == [4, 4, 2]
+  assert len({str(key) for _, key in calls}) == 3
+  assert [kept for kept, _, _ in out] == prompts
+  # Each slice is what one call of its prompts with its key samples.
+  calls.clear()
+  again = capped.generate_ids(params, prompts[4:8], jax.random.fold_in(rng, 1),
+                              hot)
+  assert [tuple(map(tuple, o)) for o in again] == [
+      tuple(map(tuple, o)) for o in out[4:8]]
+  # Within the cap: one call, exactly what a policy without a cap samples.
+  calls.clear()
+  default, _ = _tiny_sampler()
+  assert default.max_rows == 256
+  within = default.generate_ids(params, prompts, rng, hot)
+  uncapped, _ = _tiny_sampler(max_rows=None)
+  assert [rows for rows, _ in calls] == [16]
+  assert within == uncapped.generate_ids(params, prompts, rng, hot)
+  # A min_rows above the cap wins; a cap below 1 is an error.
+  assert _tiny_sampler(min_rows=8, max_rows=4)[0].rows_per_call() == 8
+  assert _tiny_sampler(min_rows=3, max_rows=16)[0].rows_per_call() == 12
+  with pytest.raises(ValueError, match="max_rows must be >= 1"):
+    _tiny_sampler(max_rows=0)
+
+
+def test_responses_cut_at_max_new_tokens_are_flagged():
+  policy, params = _tiny_sampler(max_new_tokens=4)
+  [first] = policy.generate_ids(params, [[5, 6, 7]], jax.random.key(1),
+                                sampler.Greedy())
+  kept, response, _ = first  # unpacks as before
+  assert len(response) == 4 and first.truncated  # a random model: no EOS
+  assert pickle.loads(pickle.dumps(first)) == first
+  assert pickle.loads(pickle.dumps(first)).truncated
+  # The same greedy reply ends on EOS at its second token when that token
+  # is an EOS: done, not cut.
+  config = policy.config.replace(
+      eos_token_ids=policy.config.eos_token_ids + (response[1],))
+  stops = rollout.Policy(config, policy.tokenizer, max_new_tokens=4,
+                         buckets=(16,))
+  [ended] = stops.generate_ids(params, [kept], jax.random.key(1),
+                               sampler.Greedy())
+  assert ended[1] == response[:2] and not ended.truncated
+  # Ending on EOS at the last allowed token is not a cut either.
+  stops = rollout.Policy(
+      policy.config.replace(
+          eos_token_ids=policy.config.eos_token_ids + (response[3],)),
+      policy.tokenizer, max_new_tokens=4, buckets=(16,))
+  [last] = stops.generate_ids(params, [kept], jax.random.key(1),
+                              sampler.Greedy())
+  assert last[1] == response and not last.truncated
+  gens = policy.generate(params, ["a b", "c d"], jax.random.key(1),
+                         sampler.Greedy())
+  assert all(g.truncated == (len(g.response_ids) == 4) for g in gens)
+  assert rollout.Generation("x", [], [], []).truncated is False
+
+
+def test_chat_templates_that_print_a_date_get_a_fixed_one():
+  policy, _ = _tiny_sampler()
+  # As Llama 3.2/3.3 templates do: today's date unless date_string is given.
+  policy.tokenizer.chat_template = (
+      "{% if date_string is not defined %}"
+      "{% set date_string = strftime_now('%d %b %Y') %}{% endif %}"
+      "date: {{ date_string }}|"
+      "{% for m in messages %}{{ m['content'] }}{% endfor %}")
+  text = policy.tokenizer.decode(policy.encode("a b"))
+  assert text == f"date: {rollout.CHAT_DATE_STRING}|a b", text
+
+
+def test_rollout_logs_its_progress_per_step(caplog):
+  caplog.set_level(logging.INFO)
+  pool = base.EnvPool("household", num_groups=1, group_size=2, max_steps=12)
+  generate, calls = _scripted(pool, bad_members=(1,))
+  rollout.rollout(generate, pool, jax.random.key(0), env_name="household",
+                  max_steps=12, group_seeds=[3], log_every_s=0)
+  lines = [r.getMessage() for r in caplog.records
+           if r.getMessage().startswith("rollout step")]
+  assert len(lines) == len(calls) == 12  # member 1 plays to the limit
+  for t, line in enumerate(lines, 1):
+    assert re.fullmatch(rf"rollout step {t}/12: [012] of 2 episodes still "
+                        r"running, step \d+\.\d s, \d+ s in all", line), line
+  assert lines[0].startswith("rollout step 1/12: 2 of 2")
+  assert lines[-1].startswith("rollout step 12/12: 0 of 2")  # limit reached
+  # Fast steps log nothing under a time interval.
+  caplog.clear()
+  rollout.rollout(generate, pool, jax.random.key(0), env_name="household",
+                  max_steps=12, group_seeds=[3], log_every_s=60)
+  assert not [r for r in caplog.records
+              if r.getMessage().startswith("rollout step")]

@@ -156,3 +156,15 @@ def test_warmup_leaves_the_cosine_a_step(monkeypatch, records, epochs,
   assert report["steps"] == records * epochs
   assert [(c["warmup_steps"], c["total_steps"]) for c in calls] == [
       (warmup, records * epochs)]
+
+
+def test_validation_analyses_cut_at_response_len_max_fail_as_truncated():
+  tok, config = _tiny_tokenizer_and_config()
+  params = model_lib.init_params(config, jax.random.key(0))
+  records = [dict(prompt="look at the mug", response="go", task=f"t{i}",
+                  family="f", success=True) for i in range(3)]
+  # A random model writes no EOS in 4 tokens: every reply is cut there.
+  out = sft.evaluate(params, config, tok, records, response_len_max=4,
+                     rng=jax.random.key(1), batch_size=2, buckets=(16,))
+  assert out["val_parse/failed"] == 3
+  assert out["val_parse/failed/truncated"] == 3

@@ -456,3 +456,15 @@ def test_parse_round_trips_json_dumps(summary, skill, ascii_only, wrap):
   elif wrap == "prose":
     text = f"Here is the analysis:\n{text}\nDone."
   assert skills.parse_analysis(text) == Analysis(summary.strip(), skill.strip())
+
+
+def test_a_reply_cut_at_its_budget_fails_as_truncated():
+  whole = '{"episode_summary": "s", "episode_skill": "Open the fridge."}'
+  got = skills.parse_analysis(whole[:30], truncated=True)
+  assert isinstance(got, skills.ParseError) and got.reason == "truncated"
+  assert skills.parse_analysis(whole[:30]).reason == "no_json"
+  # Cut but complete enough: parsed as any reply.
+  assert skills.parse_analysis(whole, truncated=True).skill == "Open the fridge."
+  stats = skills.ParseStats()
+  stats.record(skills.parse_analysis('{"episode_skill": ""', truncated=True))
+  assert stats.as_dict()["failed/truncated"] == 1

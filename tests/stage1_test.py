@@ -445,6 +445,8 @@ def test_stage1_goes_on_from_the_batches_annotated_before_an_outage(
   written = (len(stage1.read_dataset(tmp_path / "stage1_data", "train")) +
              len(stage1.read_dataset(tmp_path / "stage1_data", "validation")))
   assert written == 4 and policy.report["stage1"]["train_loss"] > 0
+  # The analyses' length trained on, which RL's budget should reach.
+  assert policy.report["stage1"]["response_len_max"] == cfg.response_len_max
   collection = policy.report["stage1"]["collection"]
   assert collection["tasks"] == 2 and collection["env_steps"] > 0
   with pytest.raises(ValueError, match="tasks_per_batch must be >= 1"):
@@ -566,3 +568,27 @@ def test_two_processes_ask_the_teacher_once(tmp_path):
       "RuntimeError: Stage 1's annotator failed on process 0: "
       + got[0]["failed"])
   assert [g["calls"] for g in got] == [4, 0]
+
+
+@pytest.mark.parametrize("name", [
+    "qwen2_5_1_5b_alfworld_style", "qwen2_5_3b_alfworld_style",
+    "qwen2_5_7b_alfworld_style", "qwen3_1_7b_alfworld_style", "demo"])
+def test_stage1_rolls_out_at_most_an_rl_update_at_a_time(name):
+  from seed_jax import train  # pylint: disable=g-import-not-at-top
+  from seed_jax import trainer  # pylint: disable=g-import-not-at-top
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  gin.clear_config()
+  try:
+    train.parse_gin([os.path.join(root, f"configs/experiments/{name}.gin")],
+                    ["WORKDIR = '/unused'", "MODEL_DIR = '/unused/model'"]
+                    if name != "demo" else ["WORKDIR = '/unused'"])
+    cfg = gin.get_configurable(policies.Stage1Config)()
+    rl = gin.get_configurable(trainer.RLConfig)()
+  finally:
+    gin.clear_config()
+  per_batch = cfg.tasks_per_batch or cfg.num_tasks
+  if name == "demo":  # one batch, as before the paper configs bound one
+    assert per_batch >= cfg.num_tasks
+  else:  # 180 tasks x 8: not one rollout of 1,440 episodes
+    assert per_batch * cfg.group_size <= rl.num_groups * rl.group_size
+    assert per_batch < cfg.num_tasks

@@ -2,6 +2,7 @@
 advantages and critical-step skills."""
 
 import json
+import logging
 
 import jax
 import numpy as np
@@ -396,3 +397,69 @@ def test_rl_analysis_prompts_must_match_stage1s(policy):
   # GRPO writes no analyses: nothing to match.
   _trainer(policy, variant="grpo").check_stage1(
       {"analysis_prompt": dict(stage1["analysis_prompt"], max_tokens=1)})
+
+
+def test_rl_warns_when_its_analyses_are_shorter_than_stage1s(policy, caplog):
+  trainer = _trainer(policy)  # analysis_max_new_tokens=16
+  caplog.set_level(logging.WARNING)
+  trainer.check_stage1({"response_len_max": 256})
+  [warning] = [r.getMessage() for r in caplog.records]
+  assert ("RLConfig.analysis_max_new_tokens=16 is below the "
+          "Stage1Config.response_len_max=256") in warning
+  caplog.clear()
+  trainer.check_stage1({"response_len_max": 16})  # alike
+  trainer.check_stage1({"val_loss": 1.0})  # a report from before the record
+  _trainer(policy, variant="grpo").check_stage1({"response_len_max": 256})
+  assert not caplog.records
+
+
+def test_analyses_cut_at_their_token_budget_are_counted_as_truncated(policy):
+  trainer = _trainer(policy)
+  res = _played(trainer)
+  # The random tiny policy writes no EOS in analysis_max_new_tokens=16.
+  found, stats = trainer._analyze(policy.params, res.episodes,
+                                  jax.random.key(0))
+  assert not found and stats["analyses_parsed"] == 0.0
+  assert stats["analyses_truncated"] == 1.0
+  assert stats["analyses_failed/truncated"] == 4.0
+  assert stats["analyses_failed/no_json"] == 0.0
+  # A reply cut at the budget that parses anyway is kept (and counted cut);
+  # one that ends on EOS and does not parse fails for what it lacks.
+  whole = json.dumps({"episode_summary": "s", "episode_skill": "k"})
+  replies = [whole, whole[:20], "no json here", whole]
+  ids = [trainer.tokenizer.encode(r, add_special_tokens=False)
+         for r in replies]
+  cut = [True, True, False, False]
+
+  def generate_ids(params, prompt_ids, rng, sampling, max_new_tokens=None):
+    del params, rng, sampling, max_new_tokens
+    return [rollout.Sampled(list(p), r, [0.0] * len(r), truncated=c)
+            for p, r, c in zip(prompt_ids, ids, cut)]
+
+  trainer.analyst.generate_ids = generate_ids
+  found, stats = trainer._analyze(None, res.episodes, jax.random.key(0))
+  assert sorted(found) == [0, 3] and stats["analyses_parsed"] == 0.5
+  assert stats["analyses_truncated"] == 0.5
+  assert stats["analyses_failed/truncated"] == 1.0
+  assert stats["analyses_failed/no_json"] == 1.0
+
+
+def test_a_kl_term_without_a_reference_is_a_clear_error(policy):
+  trainer = _trainer(policy)  # kl_coef 0.01
+  res = _played(trainer)
+  c = trainer_lib.Collected(res.samples, res.episodes, {}, {})
+  state = trainer.create_state(policy.params)
+  with pytest.raises(ValueError, match=r"kl_coef=0.01 needs the KL reference"
+                     r".*ref_params is None"):
+    trainer.build_batch(state, None, c)
+
+  def collect(*args, **kw):
+    raise AssertionError("rolled out before the check")
+
+  trainer.collect = collect
+  with pytest.raises(ValueError, match="ref_params is None"):
+    trainer.update(state, None, jax.random.key(0), update_index=0)
+  # Without the KL term no reference is read.
+  free = _trainer(policy, kl_coef=0.0)
+  batch, _ = free.build_batch(free.create_state(policy.params), None, c)
+  np.testing.assert_array_equal(batch["ref_logp"], batch["old_logp"])
