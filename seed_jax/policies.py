@@ -76,6 +76,14 @@ class Stage1Config:
     if self.tasks_per_batch is not None and self.tasks_per_batch < 1:
       raise ValueError("Stage1Config.tasks_per_batch must be >= 1 or None "
                        f"(all at once), got {self.tasks_per_batch}")
+    # Here, before the warm start; run_stage1 also checks the room the
+    # model's context leaves beside response_len_max.
+    if (self.max_prompt_tokens is not None
+        and self.max_prompt_tokens > max(self.buckets)):
+      raise ValueError(
+          f"Stage1Config.max_prompt_tokens={self.max_prompt_tokens} exceeds "
+          f"the largest bucket ({max(self.buckets)} of buckets="
+          f"{tuple(self.buckets)})")
 
 
 def _load_folder(folder: epath.Path, **overrides) -> Policy:

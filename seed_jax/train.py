@@ -136,8 +136,9 @@ def train(workdir: str, *,
 
   Raises:
     KnobError: a count above out of its range (before any work).
-    ValueError: a mesh that does not fit the devices or the batch, or
-      several processes without one (before any work).
+    ValueError: a mesh that does not fit the devices or the batch, several
+      processes without one, or an analyzer the trainer refuses (an
+      external one without a teacher, say), before any work.
     ValueError, OSError, checkpoints.CorruptCheckpointError: a refused start
       (see START_ERRORS; a checkpoint past `num_updates` too), before
       config.gin is written, so that a resume refused leaves the run's
@@ -152,6 +153,7 @@ def train(workdir: str, *,
   # start and Stage 1.
   mesh = partitioning.make_mesh(mesh_shape) if mesh_shape else None
   trainer_lib.check_layout(rl, mesh, rollout_chunks)
+  trainer_lib.check_analyzer(rl, env_name, teacher)
   if mesh is None and jax.device_count() > 1:
     logging.warning("%d devices and no train.train.mesh_shape: training uses "
                     "one of them; set mesh_shape, e.g. (1, -1, 1), to use "

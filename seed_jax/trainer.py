@@ -130,6 +130,12 @@ class RLConfig:
     if self.max_critical_steps < 1:
       raise ValueError(
           f"max_critical_steps must be >= 1, got {self.max_critical_steps}")
+    if (self.analysis_max_prompt_tokens is not None
+        and self.analysis_max_prompt_tokens > max(self.prompt_buckets)):
+      raise ValueError(
+          f"analysis_max_prompt_tokens={self.analysis_max_prompt_tokens} "
+          f"exceeds the largest prompt bucket ({max(self.prompt_buckets)} of "
+          f"prompt_buckets={tuple(self.prompt_buckets)})")
     if self.step_advantage_weight < 0 or not 0 <= self.step_gamma <= 1:
       raise ValueError(
           f"step_advantage_weight must be >= 0 and step_gamma in [0, 1], got "
@@ -194,6 +200,39 @@ def check_layout(rl: RLConfig, mesh: jax.sharding.Mesh | None,
     raise ValueError(f"RLConfig.mini_batch_size={rl.mini_batch_size}, "
                      f"micro_batches={rl.micro_batches}: {e}") from None
   return mesh, chunks
+
+
+def check_analyzer(rl: RLConfig, env_name: str, teacher=None):
+  """The teacher that writes RL's analyses (None: the policy itself).
+
+  `train` calls it before any work too, so that an analyzer the trainer
+  would refuse stops the start before the warm start and Stage 1.
+
+  Raises:
+    ValueError: analyzer="external" without a teacher or with one bound
+      unlike the RL config, or analyzer="rules" with a teacher or on a game
+      without annotation rules.
+  """
+  if rl.analyzes and rl.analyzer == "rules":
+    if teacher is not None:
+      raise ValueError("analyzer='rules' writes its own analyses: pass no "
+                       "teacher (or use analyzer='external')")
+    annotators.check_env(env_name, "analyzer='rules'")
+    return annotators.RuleTeacher(rl.analysis_mode, rl.max_critical_steps)
+  if rl.analyzes and rl.analyzer == "external":
+    if teacher is None:
+      raise ValueError("analyzer='external' needs a teacher (an "
+                       "OpenAI-compatible endpoint): add "
+                       "--gin_file=configs/runs/external_teacher.gin")
+    # K matters only when critical steps are asked for.
+    if teacher.mode != rl.analysis_mode or (
+        rl.step_skills and teacher.max_critical_steps != rl.max_critical_steps):
+      raise ValueError(
+          f"the teacher asks for analyses in mode {teacher.mode!r} with "
+          f"max_critical_steps={teacher.max_critical_steps}, the RL config "
+          f"in mode {rl.analysis_mode!r} with "
+          f"max_critical_steps={rl.max_critical_steps}; bind them alike")
+  return teacher
 
 
 def _in_chunks(fn: Callable[..., Any], arrays: Sequence[np.ndarray],
@@ -302,26 +341,7 @@ class RLTrainer:
     if taken:
       raise ValueError(f"env_kwargs may not set {taken}: the RL config "
                        "and the evaluation set them")
-    if rl.analyzes and rl.analyzer == "rules":
-      if teacher is not None:
-        raise ValueError("analyzer='rules' writes its own analyses: pass no "
-                         "teacher (or use analyzer='external')")
-      annotators.check_env(env_name, "analyzer='rules'")
-      teacher = annotators.RuleTeacher(rl.analysis_mode,
-                                       rl.max_critical_steps)
-    self.teacher = teacher
-    if rl.analyzes and rl.analyzer == "external":
-      if teacher is None:
-        raise ValueError("analyzer='external' needs a teacher (an "
-                         "OpenAI-compatible endpoint)")
-      # K matters only when critical steps are asked for.
-      if teacher.mode != rl.analysis_mode or (
-          rl.step_skills and teacher.max_critical_steps != rl.max_critical_steps):
-        raise ValueError(
-            f"the teacher asks for analyses in mode {teacher.mode!r} with "
-            f"max_critical_steps={teacher.max_critical_steps}, the RL config "
-            f"in mode {rl.analysis_mode!r} with "
-            f"max_critical_steps={rl.max_critical_steps}; bind them alike")
+    self.teacher = check_analyzer(rl, env_name, teacher)
     rules = rules or partitioning.DEFAULT_RULES
     self.mesh, self.chunks = check_layout(rl, mesh, rollout_chunks, rules)
     self.policy = rollout_lib.Policy(

@@ -379,6 +379,34 @@ def test_the_mesh_is_checked_before_the_policy_is_built(
   assert not built
 
 
+def test_an_external_analyzer_without_a_teacher_stops_before_the_policy(
+    tmp_path):
+  from seed_jax import trainer  # pylint: disable=g-import-not-at-top
+
+  def policy_fn(workdir, seed):
+    raise AssertionError("the warm start ran")
+
+  with pytest.raises(ValueError, match="analyzer='external' needs a teacher"
+                     ".*external_teacher.gin"):
+    train.train(str(tmp_path / "run"), policy_fn=policy_fn,
+                rl=trainer.RLConfig(num_groups=2, group_size=2,
+                                    mini_batch_size=4, analyzer="external"))
+  assert not (tmp_path / "run").exists()
+
+
+def test_prompt_budgets_past_the_buckets_stop_before_the_policy():
+  from seed_jax import policies  # pylint: disable=g-import-not-at-top
+  from seed_jax import trainer  # pylint: disable=g-import-not-at-top
+  with pytest.raises(ValueError, match=r"analysis_max_prompt_tokens=2048 "
+                     r"exceeds the largest prompt bucket \(1024"):
+    trainer.RLConfig(prompt_buckets=(512, 1024),
+                     analysis_max_prompt_tokens=2048)
+  with pytest.raises(ValueError, match=r"max_prompt_tokens=2048 exceeds the "
+                     r"largest bucket \(1024"):
+    policies.Stage1Config(buckets=(512, 1024), max_prompt_tokens=2048)
+  policies.Stage1Config(buckets=(512, 1024), max_prompt_tokens=1024)
+
+
 @pytest.mark.parametrize("mesh_shape,warned", [(None, True),
                                                ((1, -1, 1), False)])
 def test_idle_devices_without_a_mesh_are_warned_about(tmp_path, caplog,
