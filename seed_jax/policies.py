@@ -5,6 +5,11 @@ The prepared policy is written once to `workdir/policy` (a Hugging Face
 folder with its tokenizer) and reloaded from there when the run resumes, so
 warm start and Stage 1 never run twice. It initializes the RL policy and is
 the KL reference.
+
+Given the training mesh (one process only), the policy's params are placed
+on it as the RL trainer shards them, and Stage 1's rollouts and SFT run
+there; the folder written is the same (the weights are gathered to the host
+to save). With several processes, each runs Stage 1 on its own first device.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from seed_jax import annotators
 from seed_jax import distributed
 from seed_jax import hf
 from seed_jax import model as model_lib
+from seed_jax import partitioning
 from seed_jax import rollout as rollout_lib
 from seed_jax import sampler as sampler_lib
 from seed_jax import sft as sft_lib
@@ -86,11 +92,29 @@ class Stage1Config:
           f"{tuple(self.buckets)})")
 
 
-def _load_folder(folder: epath.Path, **overrides) -> Policy:
-  """The policy saved in `folder`; `overrides` are ModelConfig fields (the
-  compute dtype) that config.json does not keep."""
+def _shardings(mesh):
+  """config -> the RL trainer's param shardings on `mesh` (None: no mesh)."""
+  if mesh is None:
+    return None
+  return lambda config: partitioning.param_shardings(config, mesh)
+
+
+def _place(policy: Policy, mesh) -> Policy:
+  """`policy` with its params on `mesh` as the RL trainer shards them
+  (already so placed: as they are; None: unchanged)."""
+  if mesh is None:
+    return policy
+  return dataclasses.replace(policy, params=jax.device_put(
+      policy.params, _shardings(mesh)(policy.config)))
+
+
+def _load_folder(folder: epath.Path, mesh=None, **overrides) -> Policy:
+  """The policy saved in `folder` (its params on `mesh`, when given);
+  `overrides` are ModelConfig fields (the compute dtype) that config.json
+  does not keep."""
   tokenizer = hf.load_tokenizer(str(folder))  # first: it fails fast
-  config, params = hf.load_pretrained(str(folder), **overrides)
+  config, params = hf.load_pretrained(str(folder), shardings=_shardings(mesh),
+                                      **overrides)
   return Policy(config, params, tokenizer)
 
 
@@ -193,21 +217,31 @@ def _stage1_dataset(records, data_dir: epath.Path, *, seed: int):
 
 def run_stage1(policy: Policy, cfg: Stage1Config, workdir: epath.Path, *,
                env_name: str, max_new_tokens: int, seed: int = 0,
-               teacher=None) -> Policy:
+               teacher=None, mesh=None) -> Policy:
   """Stage 1 on the policy's own rollouts; returns the fine-tuned policy.
 
   The annotated batches are kept in `workdir/stage1_records` as they finish
   (`stage1.collect_records`' journal): a rerun after a teacher outage or a
   crash reads them back and rolls out and annotates only the rest.
 
+  With `mesh` (a (data, fsdp, tensor) mesh of this one process's devices),
+  the params are placed on it as the RL trainer shards them before the
+  rollouts, SFT's train state is sharded there too (`sft.sft`), and the
+  returned params stay on it. Without, everything runs on one device, as
+  each process does when there are several.
+
   Raises:
     stage1.CollectionInterrupted: the teacher went down; the batches
       annotated before are kept.
     ValueError: before any rollout, for annotator="rule" on a game without
-      rules (see `annotators.ENVS`), or a teacher missing or bound unlike
-      `cfg`.
+      rules (see `annotators.ENVS`), a teacher missing or bound unlike
+      `cfg`, or a `cfg.batch_size` that does not split over `mesh`'s
+      data x fsdp devices.
   """
   _check_stage1_env(cfg, env_name)
+  if mesh is not None:
+    sft_lib.check_mesh_batch(mesh, cfg.batch_size)
+    policy = _place(policy, mesh)
   t0 = time.time()
   rl_policy = rollout_lib.Policy(policy.config, policy.tokenizer,
                                  max_new_tokens=max_new_tokens, min_rows=8,
@@ -256,7 +290,7 @@ def run_stage1(policy: Policy, cfg: Stage1Config, workdir: epath.Path, *,
         policy.params, policy.config, policy.tokenizer, train, val,
         learning_rate=cfg.learning_rate, rng=jax.random.key(seed + 2),
         epochs=cfg.epochs, batch_size=cfg.batch_size, buckets=cfg.buckets,
-        response_len_max=cfg.response_len_max)
+        response_len_max=cfg.response_len_max, mesh=mesh)
   print(f"stage 1 SFT: {report} ({time.time() - t0:.0f}s)", flush=True)
   # What RL's self-analysis must ask for byte for byte, and the longest
   # analysis trained on, which RL's token budget should reach (RLTrainer
@@ -273,7 +307,8 @@ def prepare(workdir, *, seed: int = 0, source: str = "demo",
             model_dir: str | None = None, dtype: str | None = None,
             stage1: Stage1Config | None = None, env_name: str = "household",
             max_new_tokens: int = 64, demo_kwargs: dict | None = None,
-            cache_dir: str | None = None, teacher=None) -> Policy:
+            cache_dir: str | None = None, teacher=None,
+            mesh: jax.sharding.Mesh | None = None) -> Policy:
   """Builds, or reloads from `workdir/policy`, the policy RL starts from.
 
   Args:
@@ -292,20 +327,32 @@ def prepare(workdir, *, seed: int = 0, source: str = "demo",
       `demo_kwargs` and `demo.VERSION`, so that runs comparing methods on one
       seed train it once.
     teacher: an OpenAI-compatible teacher for Stage 1 with annotator="teacher".
+    mesh: the training mesh, for one process only (`train` passes it then):
+      the returned params are placed on it as the RL trainer shards them
+      (a Hugging Face folder loads straight into its shards), and Stage 1
+      runs there (`run_stage1`). None: one device; with several processes,
+      each runs Stage 1 on its own first device.
 
   Raises:
     ValueError: an unknown source, a demo warm start for another game than
       `env_name` or for one without demonstrations, or (before the warm
       start) Stage 1 with annotator="rule" on a game without annotation
-      rules; a tokenizer that does not load or does not fit the model
-      (before the weights load).
+      rules or with a batch_size that does not split over `mesh`, or a mesh
+      with several processes; a tokenizer that does not load or does not
+      fit the model (before the weights load).
     FileNotFoundError: a model folder without config.json, weights or
       tokenizer files.
   """
   if source not in SOURCES:
     raise ValueError(f"unknown policy source {source!r}; known: {SOURCES}")
+  if mesh is not None and jax.process_count() > 1:
+    raise ValueError("policies.prepare shards over a mesh of one process's "
+                     f"devices, not {jax.process_count()} processes'; pass "
+                     "no mesh (each process runs Stage 1 on one device)")
   if stage1 is not None:  # before the warm start trains
     _check_stage1_env(stage1, env_name)
+    if mesh is not None:
+      sft_lib.check_mesh_batch(mesh, stage1.batch_size)
   demo_kwargs = dict(demo_kwargs or {})
   if source == "demo" and demo_kwargs.setdefault("env", env_name) != env_name:
     raise ValueError(f"demo_kwargs env {demo_kwargs['env']!r} is not the "
@@ -316,7 +363,7 @@ def prepare(workdir, *, seed: int = 0, source: str = "demo",
   overrides = {"dtype": dtype} if dtype else {}
   if (folder / "config.json").exists():
     logging.info("reloading the prepared policy from %s", folder)
-    policy = _load_folder(folder, **overrides)
+    policy = _load_folder(folder, mesh, **overrides)
     policy.report = _load_report(folder)
     return policy
   if source == "demo":
@@ -328,19 +375,21 @@ def prepare(workdir, *, seed: int = 0, source: str = "demo",
     # without loading a big model first.
     tokenizer = hf.load_tokenizer(model_dir)
     hf.check_vocab(tokenizer, hf.load_config(model_dir, **overrides))
-    config, params = hf.load_pretrained(model_dir, **overrides)
+    config, params = hf.load_pretrained(model_dir, shardings=_shardings(mesh),
+                                        **overrides)
     policy = Policy(config, params, tokenizer)
   else:
     tokenizer = hf.load_tokenizer()
     config, params = hf.load_gguf(**overrides)
     policy = Policy(config, params, tokenizer)
   hf.check_vocab(policy.tokenizer, policy.config)
+  policy = _place(policy, mesh)
   if stage1 is None and source != "demo":
     return policy  # nothing to cache: the source itself reloads
   if stage1 is not None:
     policy = run_stage1(policy, stage1, workdir, env_name=env_name,
                         max_new_tokens=max_new_tokens, seed=seed,
-                        teacher=teacher)
+                        teacher=teacher, mesh=mesh)
   if jax.process_index() == 0:
-    _save_folder(policy, folder)
+    _save_folder(policy, folder)  # the weights gathered to the host
   return policy

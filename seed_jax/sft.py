@@ -4,7 +4,9 @@
 (Stage 1's analysis records, `stage1.read_dataset`, or the demo's warm-start
 records), the loss on response tokens only; `evaluate` scores analyses on
 validation records (loss, parse rate, agreement with the annotator);
-`restore_params` reads back the checkpoint `sft` writes.
+`restore_params` reads back the checkpoint `sft` writes. Given a mesh of
+one process's devices, `sft` shards its train state as the RL trainer's and
+splits each batch over data x fsdp.
 
 Each record is encoded once: the prompt as one user turn through the chat
 template, the response plus EOS. Batches stay inside one prompt bucket P and
@@ -31,6 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
+from seed_jax import partitioning
 from seed_jax import rollout as rollout_lib
 from seed_jax import sampler as sampler_lib
 from seed_jax import skills
@@ -172,6 +175,42 @@ def _check(knob: str, value: Any, ok: bool, need: str) -> None:
     raise ValueError(f"sft: {knob} must be {need}, got {value!r}")
 
 
+def check_mesh_batch(mesh, batch_size: int) -> None:
+  """Raises ValueError, naming Stage1Config.batch_size, unless `batch_size`
+  rows split over `mesh`'s data-parallel (data x fsdp) devices."""
+  try:
+    partitioning.check_batch_split(mesh, batch_size, 1)
+  except ValueError as e:
+    raise ValueError(f"sft: batch_size (Stage1Config.batch_size) must split "
+                     f"over the mesh, got {batch_size}: {e}") from None
+
+
+def _on_mesh(params, config, tx, loss_fn, mesh):
+  """The SFT step jitted over `mesh`, with the state sharded as the RL
+  trainer's (params by `partitioning.param_shardings`, Adam moments like
+  their params) and each batch [B, ...] split over data x fsdp.
+
+  Returns:
+    (step_fn, state, put): `state` a fresh sharded TrainState holding a copy
+    of `params` (host arrays, or arrays on any devices), `put` a packed host
+    batch -> arrays on the mesh.
+  """
+  param_sh = partitioning.param_shardings(config, mesh)
+  state_sh = train_step_lib.state_shardings(tx, param_sh, mesh)
+  step_fn = train_step_lib.jit_train_step(
+      tx, loss_fn, state_shardings=state_sh,
+      batch_shardings=partitioning.batch_sharding(mesh, 2),
+      metrics_sharding=partitioning.replicated(mesh))
+  # A copy inside the jit: the step donates its state, and the caller still
+  # owns `params` (already placed like this, device_put returns them as is).
+  create = jax.jit(
+      lambda p: train_step_lib.TrainState.create(jax.tree.map(jnp.copy, p),
+                                                 tx),
+      in_shardings=(param_sh,), out_shardings=state_sh)
+  state = create(jax.device_put(params, param_sh))
+  return step_fn, state, lambda batch: partitioning.shard_batch(batch, mesh)
+
+
 def _host_rng(rng: jax.Array) -> np.random.Generator:
   if jax.dtypes.issubdtype(rng.dtype, jax.dtypes.prng_key):
     rng = jax.random.key_data(rng)
@@ -184,8 +223,8 @@ def sft(params, config, tokenizer, train_records: Sequence[stage1.Record],
         warmup_fraction: float = 0.1, weight_decay: float = 0.01,
         grad_clip: float = 1.0, buckets=sampler_lib.DEFAULT_BUCKETS,
         response_len_max: int = 256, log_every: int = 50,
-        checkpoint_dir: epath.PathLike | None = None, name: str = "stage1 sft"
-        ) -> tuple[Any, dict[str, Any]]:
+        checkpoint_dir: epath.PathLike | None = None, name: str = "stage1 sft",
+        mesh: jax.sharding.Mesh | None = None) -> tuple[Any, dict[str, Any]]:
   """Fine-tunes the policy on (analysis prompt -> analysis JSON).
 
   The prompt is one user turn through the chat template (`Policy.encode`, as
@@ -214,6 +253,11 @@ def sft(params, config, tokenizer, train_records: Sequence[stage1.Record],
     name: what the progress lines call this run.
     checkpoint_dir: a new directory for an orbax checkpoint of the result
       (`restore_params`), or None.
+    mesh: a (data, fsdp, tensor) mesh of this process's devices (one
+      process): the train state is sharded as the RL trainer's (float32
+      params, gradients and Adam moments split over fsdp and tensor) and
+      each batch over data x fsdp, and the returned params stay sharded.
+      None: one device, as the caller's params are.
 
   Returns:
     (params, report): report with steps, train_loss (last epoch's mean over
@@ -225,7 +269,8 @@ def sft(params, config, tokenizer, train_records: Sequence[stage1.Record],
     FileExistsError: `checkpoint_dir` exists (checked before training).
     ValueError: no training record fits, or a knob is out of range (epochs,
       batch_size, learning_rate, warmup_fraction, weight_decay, grad_clip,
-      response_len_max, log_every).
+      response_len_max, log_every), or `batch_size` does not split over
+      `mesh`'s data x fsdp devices (before anything compiles).
   """
   start = time.time()
   _check("epochs", epochs, epochs >= 1, "at least 1")
@@ -240,6 +285,8 @@ def sft(params, config, tokenizer, train_records: Sequence[stage1.Record],
   _check("response_len_max", response_len_max, response_len_max >= 1,
          "at least 1 (EOS included)")
   _check("log_every", log_every, log_every >= 0, ">= 0 (0: never)")
+  if mesh is not None:
+    check_mesh_batch(mesh, batch_size)
   ckpt_path = None
   if checkpoint_dir is not None:
     ckpt_path = epath.Path(checkpoint_dir).absolute()
@@ -258,16 +305,21 @@ def sft(params, config, tokenizer, train_records: Sequence[stage1.Record],
   tx = train_step_lib.make_optimizer(
       learning_rate, weight_decay=weight_decay, grad_clip=grad_clip,
       warmup_steps=warmup, total_steps=total, schedule="cosine")
-  step_fn = train_step_lib.jit_train_step(
-      tx, functools.partial(train_step_lib.sft_loss, config=config))
-  # A copy: the step donates its state, and the caller still owns `params`.
-  state = train_step_lib.TrainState.create(jax.tree.map(jnp.copy, params), tx)
+  loss_fn = functools.partial(train_step_lib.sft_loss, config=config)
+  if mesh is None:
+    step_fn = train_step_lib.jit_train_step(tx, loss_fn)
+    # A copy: the step donates its state, and the caller still owns `params`.
+    state = train_step_lib.TrainState.create(jax.tree.map(jnp.copy, params),
+                                             tx)
+    put = lambda batch: batch
+  else:
+    step_fn, state, put = _on_mesh(params, config, tx, loss_fn, mesh)
   history = []
   for epoch in range(epochs):
     for rows in _batches(train, batch_size, policy.buckets, host_rng):
       batch = _pack(train, rows, batch_size=batch_size, buckets=policy.buckets,
                     pad_id=policy.pad_id, response_len=response_len_max)
-      state, metrics = step_fn(state, batch)
+      state, metrics = step_fn(state, put(batch))
       history.append((metrics["loss"], metrics["skipped"]))
       if log_every and (len(history) % log_every == 0 or len(history) == total):
         logging.info("%s step %d/%d (epoch %d): loss %.4f, "

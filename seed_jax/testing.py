@@ -28,10 +28,11 @@ def tiny_config(family: str = "llama", **kw) -> model_lib.ModelConfig:
 
 
 def tiny_policy(workdir=None, *, seed: int = 0, env_name: str = "household",
-                vocab_size: int = 600, **config_kw):
+                vocab_size: int = 600, mesh=None, **config_kw):
   """A random tiny decoder with a BPE fitted to the environment's prompts.
 
-  Shaped like `policies.prepare` so that gin can use it as a `policy_fn`.
+  Shaped like `policies.prepare` so that gin can use it as a `policy_fn`;
+  with a `mesh`, the params are placed on it as the RL trainer shards them.
   """
   import jax  # pylint: disable=g-import-not-at-top
   from seed_jax import policies  # pylint: disable=g-import-not-at-top
@@ -52,6 +53,9 @@ def tiny_policy(workdir=None, *, seed: int = 0, env_name: str = "household",
   kw.update(config_kw)
   config = tiny_config(**kw)
   params = model_lib.init_params(config, jax.random.key(seed))
+  if mesh is not None:
+    from seed_jax import partitioning  # pylint: disable=g-import-not-at-top
+    params = jax.device_put(params, partitioning.param_shardings(config, mesh))
   return policies.Policy(config, params, tok)
 
 

@@ -70,6 +70,25 @@ def _check_knobs(**knobs: int) -> None:
       raise KnobError(f"train.{name}={value} must be at least {least[name]}")
 
 
+def _mesh_kwargs(policy_fn: Callable[..., Any], mesh) -> dict[str, Any]:
+  """{"mesh": mesh} for a `policy_fn` that takes a `mesh` parameter (gin's
+  configurable keeps the signature), when there is a mesh and one process;
+  else {} (several processes run Stage 1 each on one device, as before).
+
+  Only a parameter named `mesh` opts in: a `**kwargs` may pass it on to what
+  does not take it (`testing.tiny_policy`'s go to the model config).
+  """
+  if mesh is None or jax.process_count() > 1:
+    return {}
+  try:
+    param = inspect.signature(policy_fn).parameters.get("mesh")
+  except (TypeError, ValueError):  # no signature to read
+    return {}
+  keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD,
+             inspect.Parameter.KEYWORD_ONLY)
+  return {"mesh": mesh} if param is not None and param.kind in keyword else {}
+
+
 def train(workdir: str, *,
           policy_fn: Callable[..., policies.Policy],
           rl: trainer_lib.RLConfig,
@@ -100,7 +119,9 @@ def train(workdir: str, *,
       TensorBoard events and the learning curve go.
     policy_fn: `policy_fn(workdir, seed=) -> policies.Policy`; builds (or
       reloads from `workdir/policy`) the Stage-1 policy, which is also the
-      KL reference.
+      KL reference. One with a `mesh` parameter (`policies.prepare`) is
+      also given the training mesh, when there is one and one process, and
+      runs Stage 1 sharded on it.
     rl: the update's knobs.
     env_name, env_kwargs: the training environment.
     num_updates: RL updates to run in total (resumed runs count from the
@@ -126,7 +147,9 @@ def train(workdir: str, *,
       the reference, plus those `keep_every` keeps, less the checkpoints
       already there.
     mesh_shape: (data, fsdp, tensor) sizes of the training mesh over every
-      process's devices (one size may be -1); None: one device.
+      process's devices (one size may be -1); None: one device. With one
+      process, Stage 1 shards over it too (see `policy_fn`); with several,
+      each runs Stage 1 on its own first device.
     rollout_chunks: independent rollout chunks per update, split across
       processes (default: the process count).
     teacher: an OpenAI-compatible teacher for analyzer="external".
@@ -164,7 +187,7 @@ def train(workdir: str, *,
   checkpoints.check_writable(workdir)  # fail before any expensive work
   checkpoints.check_free_space(workdir, min_free_bytes)
   is_writer = jax.process_index() == 0
-  policy = policy_fn(workdir, seed=seed)
+  policy = policy_fn(workdir, seed=seed, **_mesh_kwargs(policy_fn, mesh))
   config, tokenizer = policy.config, policy.tokenizer
   ckpt = checkpoints.Checkpointer(workdir, model_config=config,
                                   max_to_keep=max_to_keep,

@@ -2,11 +2,13 @@
 analyses from Stage-1 records."""
 
 import jax
+from jax.sharding import PartitionSpec as P
 import numpy as np
 import pytest
 
 from seed_jax import annotators
 from seed_jax import model as model_lib
+from seed_jax import partitioning
 from seed_jax import sft
 from seed_jax import stage1
 from seed_jax import testing
@@ -168,3 +170,57 @@ def test_validation_analyses_cut_at_response_len_max_fail_as_truncated():
                      rng=jax.random.key(1), batch_size=2, buckets=(16,))
   assert out["val_parse/failed"] == 3
   assert out["val_parse/failed/truncated"] == 3
+
+
+def _mesh_records():
+  pairs = [("look at the mug", "go to the desk"),
+           ("go to the desk", "look at the mug"), ("look", "go to the mug"),
+           ("the desk", "look at the desk")]
+  return [dict(prompt=p, response=r, task=f"t{i}", family="f", success=True)
+          for i, (p, r) in enumerate(pairs * 2)]
+
+
+def test_sft_on_a_mesh_matches_one_device_with_sharded_state():
+  tok, config = _tiny_tokenizer_and_config()
+  params = model_lib.init_params(config, jax.random.key(0))
+  records = _mesh_records()
+  kw = dict(learning_rate=1e-2, rng=jax.random.key(1), epochs=1, batch_size=4,
+            buckets=(16,), response_len_max=8, log_every=0)
+  want, want_report = sft.sft(params, config, tok, records, records[:2], **kw)
+  mesh = partitioning.make_mesh((2, 2, 2))
+  placed = jax.device_put(params, partitioning.param_shardings(config, mesh))
+  got, report = sft.sft(placed, config, tok, records, records[:2], mesh=mesh,
+                        **kw)
+  assert report["steps"] == want_report["steps"] == 2
+  # Sharded like the RL trainer's state; the caller's params not donated.
+  assert got["layers"]["q_kernel"].sharding.spec == P(None, "fsdp", "tensor",
+                                                      None)
+  assert got["layers"]["q_kernel"].sharding.mesh == mesh
+  assert not any(x.is_deleted() for x in jax.tree.leaves(placed))
+  # Two AdamW steps at 1e-2 move the weights by up to 1.5e-2; the mesh's
+  # other reduction order changes them by at most 3.7e-6 (measured).
+  moved = max(float(np.abs(np.asarray(a) - np.asarray(b)).max())
+              for a, b in zip(jax.tree.leaves(want), jax.tree.leaves(params)))
+  assert moved > 1e-3
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(
+      np.asarray(a), np.asarray(b), rtol=0, atol=1e-5), got, want)
+  np.testing.assert_allclose(report["train_loss"], want_report["train_loss"],
+                             rtol=1e-6)
+  np.testing.assert_allclose(report["val_loss"], want_report["val_loss"],
+                             rtol=1e-6)
+
+
+def test_a_batch_that_does_not_split_over_the_mesh_is_named_before_compiling(
+    monkeypatch):
+  tok, config = _tiny_tokenizer_and_config()
+
+  def jit_train_step(*args, **kwargs):
+    raise AssertionError("the step was built")
+
+  monkeypatch.setattr(sft.train_step_lib, "jit_train_step", jit_train_step)
+  with pytest.raises(ValueError, match=r"sft: batch_size \(Stage1Config\."
+                     r"batch_size\) must split over the mesh, got 4: .* "
+                     r"multiple of 8"):
+    sft.sft({}, config, tok, _mesh_records(), [], learning_rate=1e-3,
+            rng=jax.random.key(0), batch_size=4, buckets=(16,),
+            response_len_max=8, mesh=partitioning.make_mesh((1, -1, 1)))

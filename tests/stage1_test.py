@@ -592,3 +592,60 @@ def test_stage1_rolls_out_at_most_an_rl_update_at_a_time(name):
   else:  # 180 tasks x 8: not one rollout of 1,440 episodes
     assert per_batch * cfg.group_size <= rl.num_groups * rl.group_size
     assert per_batch < cfg.num_tasks
+
+
+def test_stage1_on_a_mesh_shards_the_policy_and_saves_the_same_folder(
+    tmp_path):
+  """prepare(mesh=): Stage 1's rollouts and SFT run with the params placed as
+  the RL trainer shards them; the folder holds the weights gathered."""
+  from seed_jax import hf  # pylint: disable=g-import-not-at-top
+  from seed_jax import partitioning  # pylint: disable=g-import-not-at-top
+  start = testing.tiny_policy()
+  model_dir = tmp_path / "model"
+  hf.save_pretrained(str(model_dir), start.config, start.params,
+                     tokenizer=start.tokenizer)
+  mesh = partitioning.make_mesh((2, 2, 2))
+  cfg = policies.Stage1Config(num_tasks=1, group_size=2, max_steps=2,
+                              history_length=1, epochs=1, batch_size=4,
+                              buckets=(256, 512, 1024, 1536))
+  policy = policies.prepare(tmp_path / "run", source="hf",
+                            model_dir=str(model_dir), stage1=cfg,
+                            max_new_tokens=8, mesh=mesh)
+  assert policy.report["stage1"]["steps"] >= 1
+  q = policy.params["layers"]["q_kernel"]
+  assert q.sharding.mesh == mesh
+  assert q.sharding.spec == jax.sharding.PartitionSpec(None, "fsdp", "tensor",
+                                                       None)
+  saved = hf.load_pretrained(str(tmp_path / "run" / "policy"))[1]
+  testing.assert_trees_equal(saved, jax.device_get(policy.params))
+  # The same bytes as the folder of those weights on one device.
+  host = policies.Policy(policy.config, jax.device_get(policy.params),
+                         policy.tokenizer, policy.report)
+  policies._save_folder(host, tmp_path / "host")  # pylint: disable=protected-access
+  for name in ("model.safetensors", "config.json", "report.json"):
+    assert ((tmp_path / "run" / "policy" / name).read_bytes() ==
+            (tmp_path / "host" / name).read_bytes()), name
+  # Reloaded onto the mesh, as the RL trainer shards it.
+  again = policies.prepare(tmp_path / "run", source="hf",
+                           model_dir=str(model_dir), stage1=cfg, mesh=mesh)
+  assert again.params["layers"]["q_kernel"].sharding == q.sharding
+  testing.assert_trees_equal(again.params, policy.params)
+
+
+def test_a_stage1_batch_that_does_not_split_over_the_mesh_stops_prepare(
+    tmp_path, monkeypatch):
+  from seed_jax import partitioning  # pylint: disable=g-import-not-at-top
+
+  def warm_start(*args, **kwargs):
+    raise AssertionError("the warm start ran")
+
+  monkeypatch.setattr(policies, "_demo_policy", warm_start)
+  with pytest.raises(ValueError, match=r"Stage1Config\.batch_size\) must "
+                     r"split over the mesh, got 6: .*multiple of 4"):
+    policies.prepare(tmp_path, stage1=policies.Stage1Config(batch_size=6),
+                     mesh=partitioning.make_mesh((2, 2, 2)))
+  with pytest.raises(ValueError, match=r"Stage1Config\.batch_size\) must "
+                     r"split over the mesh, got 6"):
+    policies.run_stage1(None, policies.Stage1Config(batch_size=6), tmp_path,
+                        env_name="household", max_new_tokens=8,
+                        mesh=partitioning.make_mesh((2, 2, 2)))

@@ -440,3 +440,62 @@ def test_bad_multi_host_settings_are_one_line(tmp_path, monkeypatch, env,
   refused = _refused(tmp_path / "run")
   assert refused.startswith(message) and "\n" not in refused, refused
   assert not (tmp_path / "run").exists()
+
+
+def test_the_mesh_goes_to_a_policy_fn_that_takes_it(tmp_path, monkeypatch):
+  """One process: Stage 1 may shard over the training mesh, when policy_fn
+  has a `mesh` parameter (gin's wrapper keeps it); else the call is as
+  before."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from seed_jax import policies  # pylint: disable=g-import-not-at-top
+  from seed_jax import trainer  # pylint: disable=g-import-not-at-top
+  calls = []
+
+  def with_mesh(workdir, *, seed, mesh=None):
+    calls.append(("with_mesh", seed, mesh))
+    raise KeyboardInterrupt  # stop before any work
+
+  def without(workdir, seed):
+    calls.append(("without", seed))
+    raise KeyboardInterrupt
+
+  def run(policy_fn, mesh_shape=(1, -1, 1), train_fn=train.train):
+    kw = {} if policy_fn is None else dict(policy_fn=policy_fn)
+    with pytest.raises(KeyboardInterrupt):
+      train_fn(str(tmp_path / "run"), mesh_shape=mesh_shape, seed=3,
+               rl=trainer.RLConfig(num_groups=2, group_size=4,
+                                   mini_batch_size=8, micro_batches=1), **kw)
+    return calls.pop()
+
+  name, seed, mesh = run(with_mesh)
+  assert (name, seed) == ("with_mesh", 3)
+  assert dict(mesh.shape) == dict(data=1, fsdp=8, tensor=1)
+  assert run(without) == ("without", 3)
+  assert run(with_mesh, mesh_shape=None) == ("with_mesh", 3, None)
+  # policies.prepare through gin's configurable, as configs/runs/rl.gin
+  # binds it: it checks Stage 1's batch against the mesh it is given.
+  def check_mesh_batch(mesh, batch_size):
+    calls.append(("prepare", batch_size, mesh))
+    raise KeyboardInterrupt
+
+  def warm_start(*args, **kwargs):
+    raise AssertionError("prepare was given no mesh: the warm start ran")
+
+  monkeypatch.setattr(policies.sft_lib, "check_mesh_batch", check_mesh_batch)
+  monkeypatch.setattr(policies, "_demo_policy", warm_start)
+  gin.clear_config()
+  try:
+    gin.parse_config("""
+from __gin__ import dynamic_registration
+from seed_jax import policies
+from seed_jax import train
+train.train.policy_fn = @policies.prepare
+policies.prepare.stage1 = @policies.Stage1Config()
+""")
+    name, _, mesh = run(None, train_fn=gin.get_configurable(train.train))
+  finally:
+    gin.clear_config()
+  assert name == "prepare" and dict(mesh.shape)["fsdp"] == 8
+  # Several processes: each runs Stage 1 on its own device, as before.
+  monkeypatch.setattr(jax, "process_count", lambda: 2)
+  assert run(with_mesh) == ("with_mesh", 3, None)
