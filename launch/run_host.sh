@@ -4,7 +4,7 @@
 #
 #   GIN_FILE=configs/experiments/qwen2_5_3b_alfworld_style.gin \
 #   WORKDIR=/mnt/shared/runs/seed_3b launch/run_host.sh --gin.MODEL_DIR="'/mnt/models/qwen'" \
-#   --gin.train.train.mesh_shape="(1, -1, 1)"   # every device of this host
+#   --gin.train.train.mesh_shape="(1, -1, 1)"   # every device of every host
 #
 # Multi-host: set SEED_COORDINATOR=host:port, SEED_NUM_PROCESSES and
 # SEED_PROCESS_ID (Slurm: SLURM_PROCID is used when SEED_PROCESS_ID is

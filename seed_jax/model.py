@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import math
 from typing import Any, Mapping
 
@@ -107,6 +108,12 @@ class ModelConfig:
     if bad:
       raise ValueError(f"token ids must be non-negative integers (a token's "
                        f"text is not its id): {', '.join(bad)}")
+    # Plain ints: the config is written as JSON (config.json, checkpoints).
+    for k in _SIZES + ("bos_token_id", "pad_token_id"):
+      if isinstance(getattr(self, k), np.integer):
+        object.__setattr__(self, k, int(getattr(self, k)))
+    object.__setattr__(self, "eos_token_ids",
+                       tuple(int(t) for t in self.eos_token_ids))
     if self.num_heads % self.num_kv_heads:
       raise ValueError(
           f"num_heads={self.num_heads} is not a multiple of "
@@ -185,6 +192,11 @@ class ModelConfig:
     eos = hf.get("eos_token_id")
     eos = () if eos is None else tuple(eos) if isinstance(eos, list) else (eos,)
     attention_bias = bool(hf.get("attention_bias", False))
+    pad = hf.get("pad_token_id")
+    if _is_int(pad) and pad < 0:  # early Llama conversions say -1: none
+      logging.warning("config.json's pad_token_id=%d is read as no pad token",
+                      pad)
+      pad = None
     kw = dict(
         family=family,
         vocab_size=hf["vocab_size"],
@@ -205,7 +217,7 @@ class ModelConfig:
         max_position_embeddings=hf.get("max_position_embeddings", 4096),
         bos_token_id=hf.get("bos_token_id"),
         eos_token_ids=eos,
-        pad_token_id=hf.get("pad_token_id"),
+        pad_token_id=pad,
     )
     kw.update(overrides)
     return cls(**kw)

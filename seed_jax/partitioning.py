@@ -116,22 +116,30 @@ def _device_grid(shape: Sequence[int],
   """Devices laid out for fast collectives (TPU torus, GPU ids), else in order.
 
   `mesh_utils.create_device_mesh` maps the mesh onto the physical topology,
-  so the innermost axes (tensor, then fsdp) ride the fastest links. Shapes it
-  cannot map fall back to plain order. Several TPU slices (multislice) put
-  the data axis across slices, over the slower data-centre network.
+  so the innermost axes (tensor, then fsdp) ride the fastest links. Several
+  TPU slices (multislice) put the data axis, else fsdp, across the slices,
+  over the slower data-centre network; tensor never crosses a slice. Shapes
+  the topology cannot take fall back to plain order, slice by slice.
   """
+  plain = sorted(devices, key=lambda d: (getattr(d, "slice_index", 0), d.id))
   slices = len({getattr(d, "slice_index", 0) for d in devices})
   try:
-    if slices > 1 and shape[0] % slices == 0:  # data parallel across slices
-      return mesh_utils.create_hybrid_device_mesh(
-          (shape[0] // slices, *shape[1:]), (slices, 1, 1), devices,
-          allow_split_physical_axes=True)
-    return mesh_utils.create_device_mesh(shape, devices,
-                                         allow_split_physical_axes=True)
+    if slices == 1:
+      return mesh_utils.create_device_mesh(shape, devices,
+                                           allow_split_physical_axes=True)
+    for axis in (0, 1):  # data, then fsdp, across slices
+      if shape[axis] % slices == 0:
+        ici, dcn = list(shape), [1, 1, 1]
+        ici[axis], dcn[axis] = shape[axis] // slices, slices
+        return mesh_utils.create_hybrid_device_mesh(
+            ici, dcn, devices, allow_split_physical_axes=True)
+    why = (f"neither data nor fsdp is a multiple of the {slices} slices, so "
+           "tensor would cross them")
   except (ValueError, NotImplementedError, AssertionError) as e:
-    logging.warning("mesh %s: devices in plain order, not by topology (%s)",
-                    dict(zip(MESH_AXES, shape)), e)
-    return np.asarray(devices).reshape(shape)
+    why = str(e)
+  logging.warning("mesh %s: devices in plain order, not by topology (%s)",
+                  dict(zip(MESH_AXES, shape)), why)
+  return np.asarray(plain).reshape(shape)
 
 
 def _mesh_axes_size(mesh: Mesh, axes) -> int:

@@ -451,6 +451,20 @@ def test_odd_config_values_are_named(change, match):
     model_lib.ModelConfig.from_hf({**base, **change})
 
 
+def test_a_negative_pad_id_is_no_pad_and_numpy_sizes_become_ints(caplog):
+  base = {"model_type": "llama", "vocab_size": 128, "hidden_size": 8,
+          "intermediate_size": 4, "num_hidden_layers": 1,
+          "num_attention_heads": 2}
+  with caplog.at_level("WARNING"):
+    config = model_lib.ModelConfig.from_hf({**base, "pad_token_id": -1})
+  assert config.pad_token_id is None  # as transformers loads it (a warning)
+  assert "pad_token_id=-1" in caplog.text
+  config = model_lib.ModelConfig.from_hf(
+      {**base, "vocab_size": np.int64(128), "eos_token_id": [np.int32(2)]})
+  assert type(config.vocab_size) is int and config.eos_token_ids == (2,)
+  json.dumps(config.to_hf())  # numpy ints would not serialize
+
+
 def test_a_llama3_rope_is_written_for_old_and_new_readers(tmp_path):
   import transformers  # pylint: disable=g-import-not-at-top
   config = testing.tiny_config("llama").replace(

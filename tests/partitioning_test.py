@@ -54,23 +54,40 @@ def test_make_mesh_places_devices_by_topology(monkeypatch, caplog):
   assert "no torus for this shape" in caplog.text
 
 
-def test_several_slices_put_the_data_axis_across_slices(monkeypatch):
-  class Dev:
-    def __init__(self, i):
-      self.id, self.slice_index = i, i // 4
+class _SliceDevice:
+  """A stand-in device of a multislice job: 2 slices of 4."""
+  platform = device_kind = "cpu"
 
-  devs = [Dev(i) for i in range(8)]
-  seen = {}
+  def __init__(self, i):
+    self.id, self.slice_index, self.process_index = i, i // 4, i // 4
 
-  def hybrid(ici, dcn, devices, **kw):
-    seen.update(ici=tuple(ici), dcn=tuple(dcn))
-    return np.asarray(devices).reshape(np.multiply(ici, dcn))
+  def __repr__(self):
+    return f"{self.id}@s{self.slice_index}"
 
-  monkeypatch.setattr(partitioning.mesh_utils, "create_hybrid_device_mesh",
-                      hybrid)
-  grid = partitioning._device_grid((4, 2, 1), devs)
-  assert seen == {"ici": (2, 2, 1), "dcn": (2, 1, 1)}
-  assert grid.shape == (4, 2, 1)
+
+@pytest.mark.parametrize("shape,across", [((4, 2, 1), 0), ((2, 2, 2), 0),
+                                          ((1, 8, 1), 1), ((1, 4, 2), 1)])
+def test_several_slices_keep_tensor_and_fsdp_inside_a_slice(shape, across):
+  devs = [_SliceDevice(i) for i in (0, 4, 1, 5, 2, 6, 3, 7)]  # interleaved
+  grid = partitioning._device_grid(shape, devs)  # the real hybrid mesh
+  slice_of = np.vectorize(lambda d: d.slice_index)(grid)
+  assert grid.shape == shape
+  # The axis across slices splits into one block per slice; along every
+  # other axis a row stays within its slice.
+  half = shape[across] // 2
+  lo = np.take(slice_of, range(half), axis=across)
+  hi = np.take(slice_of, range(half, shape[across]), axis=across)
+  assert (lo == lo.flat[0]).all() and (hi == hi.flat[0]).all()
+  assert lo.flat[0] != hi.flat[0]
+
+
+def test_several_slices_that_tensor_would_cross_are_plain_with_a_warning(
+    caplog):
+  devs = [_SliceDevice(i) for i in (0, 4, 1, 5, 2, 6, 3, 7)]  # interleaved
+  with caplog.at_level("WARNING"):
+    grid = partitioning._device_grid((1, 1, 8), devs)
+  assert [d.id for d in grid.flat] == list(range(8))  # slice by slice
+  assert "tensor would cross them" in caplog.text
 
 
 def test_batch_split_into_micro_batches_over_the_mesh():
