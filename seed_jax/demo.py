@@ -262,7 +262,8 @@ def evaluate_skills(policy: rollout_lib.Policy, params, *, split: str,
       parse.record(skills.ParseError("prompt_too_long", ""))
       f1.append(0.0)
       continue
-    got = parse.record(skills.parse_analysis(next(gens).text))
+    g = next(gens)
+    got = parse.record(skills.parse_analysis(g.text, truncated=g.truncated))
     f1.append(stage1.skill_f1(got.skill, ref)
               if isinstance(got, skills.Analysis) else 0.0)
   second = play(rng_skill, hindsight)

@@ -99,7 +99,7 @@ def _shardings(mesh):
   return lambda config: partitioning.param_shardings(config, mesh)
 
 
-def _place(policy: Policy, mesh) -> Policy:
+def place(policy: Policy, mesh) -> Policy:
   """`policy` with its params on `mesh` as the RL trainer shards them
   (already so placed: as they are; None: unchanged)."""
   if mesh is None:
@@ -241,7 +241,7 @@ def run_stage1(policy: Policy, cfg: Stage1Config, workdir: epath.Path, *,
   _check_stage1_env(cfg, env_name)
   if mesh is not None:
     sft_lib.check_mesh_batch(mesh, cfg.batch_size)
-    policy = _place(policy, mesh)
+    policy = place(policy, mesh)
   t0 = time.time()
   rl_policy = rollout_lib.Policy(policy.config, policy.tokenizer,
                                  max_new_tokens=max_new_tokens, min_rows=8,
@@ -351,8 +351,6 @@ def prepare(workdir, *, seed: int = 0, source: str = "demo",
                      "no mesh (each process runs Stage 1 on one device)")
   if stage1 is not None:  # before the warm start trains
     _check_stage1_env(stage1, env_name)
-    if mesh is not None:
-      sft_lib.check_mesh_batch(mesh, stage1.batch_size)
   demo_kwargs = dict(demo_kwargs or {})
   if source == "demo" and demo_kwargs.setdefault("env", env_name) != env_name:
     raise ValueError(f"demo_kwargs env {demo_kwargs['env']!r} is not the "
@@ -366,6 +364,8 @@ def prepare(workdir, *, seed: int = 0, source: str = "demo",
     policy = _load_folder(folder, mesh, **overrides)
     policy.report = _load_report(folder)
     return policy
+  if stage1 is not None and mesh is not None:  # a Stage 1 still to run
+    sft_lib.check_mesh_batch(mesh, stage1.batch_size)
   if source == "demo":
     policy = _demo_policy(seed, demo_kwargs, cache_dir, **overrides)
   elif source == "hf":
@@ -383,7 +383,7 @@ def prepare(workdir, *, seed: int = 0, source: str = "demo",
     config, params = hf.load_gguf(**overrides)
     policy = Policy(config, params, tokenizer)
   hf.check_vocab(policy.tokenizer, policy.config)
-  policy = _place(policy, mesh)
+  policy = place(policy, mesh)
   if stage1 is None and source != "demo":
     return policy  # nothing to cache: the source itself reloads
   if stage1 is not None:

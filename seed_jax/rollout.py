@@ -237,7 +237,8 @@ class Policy:
     """Samples one response per prompt string."""
     ids = [self.encode(p) for p in prompts]
     outs = self.generate_ids(params, ids, rng, sampling, max_new_tokens)
-    return [Generation(self.decode(o[1]), *o, truncated=o.truncated)
+    return [Generation(self.decode(o[1]), *o[:3],
+                       truncated=getattr(o, "truncated", False))
             for o in outs]
 
 
@@ -284,7 +285,8 @@ def rollout(generate: GenerateFn, pool: envs_base.EnvPool, rng: jax.Array, *,
       128 episodes still running, step 41.2 s, 130 s in all") after each step
       that ends at least this many seconds after the last line (or the
       start); 0: after every step. Steps of a large batch take longer than
-      the default, so each gets its line; fast ones log none.
+      the default, so each gets its line; fast steps log about one line per
+      `log_every_s`.
 
   Returns:
     RolloutResult with samples in (step, member) order and one Episode per

@@ -53,10 +53,7 @@ def tiny_policy(workdir=None, *, seed: int = 0, env_name: str = "household",
   kw.update(config_kw)
   config = tiny_config(**kw)
   params = model_lib.init_params(config, jax.random.key(seed))
-  if mesh is not None:
-    from seed_jax import partitioning  # pylint: disable=g-import-not-at-top
-    params = jax.device_put(params, partitioning.param_shardings(config, mesh))
-  return policies.Policy(config, params, tok)
+  return policies.place(policies.Policy(config, params, tok), mesh)
 
 
 def scripted_rollouts(bad=lambda member: False):

@@ -44,8 +44,10 @@ ANALYZERS = ("self", "external", "rules")
 # "analyses_failed/<reason>" (prompt_too_long: "analysis_prompts_too_long").
 SELF_ANALYSIS_FAILURES = ("truncated", "no_json", "missing_skill",
                           "empty_skill")
-# Per-chunk metrics that are shares (averaged over chunks, not summed).
-RATES = ("analyses_parsed", "analyses_truncated")
+# Per-chunk shares -> the per-chunk count each is a share of: over chunks a
+# share is averaged weighted by that count (summed itself), not summed.
+RATES = {"analyses_parsed": "analyses_asked",
+         "analyses_truncated": "analyses_sampled"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -200,6 +202,21 @@ def check_layout(rl: RLConfig, mesh: jax.sharding.Mesh | None,
     raise ValueError(f"RLConfig.mini_batch_size={rl.mini_batch_size}, "
                      f"micro_batches={rl.micro_batches}: {e}") from None
   return mesh, chunks
+
+
+def merge_chunk_metrics(chunks: Sequence[Mapping[str, float]]
+                        ) -> dict[str, float]:
+  """One update's analysis metrics from its chunks': counts are summed, and
+  each share in RATES is averaged weighted by the count it is a share of."""
+  out = {}
+  for key in (chunks[0] if chunks else {}):
+    vals = [c[key] for c in chunks]
+    if key in RATES:
+      weights = [c[RATES[key]] for c in chunks]
+      out[key] = float(np.average(vals, weights=weights)) if sum(weights) else 0.0
+    else:
+      out[key] = float(np.sum(vals))
+  return out
 
 
 def check_analyzer(rl: RLConfig, env_name: str, teacher=None):
@@ -484,7 +501,8 @@ class RLTrainer:
                                          max_step_skills=k)
           if isinstance(parsed, skills.Analysis):
             found[ep.traj_uid] = parsed
-      return found, {"analyses_parsed": len(found) / max(len(episodes), 1)}
+      return found, {"analyses_parsed": len(found) / max(len(episodes), 1),
+                     "analyses_asked": float(len(episodes))}
     # Fitting encodes each prompt; the sampler reuses those ids.
     encode = functools.lru_cache(maxsize=None)(self.analyst.encode)
     built = [skills.fit_analysis_prompt(
@@ -510,7 +528,9 @@ class RLTrainer:
         found[ep.traj_uid] = parsed
     fitted = [b for b in built if b is not None]
     return found, {"analyses_parsed": stats.rate,
+                   "analyses_asked": float(len(episodes)),
                    "analyses_truncated": cut / max(len(fitted), 1),
+                   "analyses_sampled": float(len(fitted)),
                    "analysis_steps_cut": float(sum(b.steps_cut for b in fitted)),
                    "analysis_prompts_too_long": float(len(built) - len(fitted)),
                    **{f"analyses_failed/{r}": float(stats.reasons.get(r, 0))
@@ -582,14 +602,10 @@ class RLTrainer:
     samples = [s for p in parts for s in p["res"].samples]
     episodes = [e for p in parts for e in p["res"].episodes]
     found = {k: v for p in parts for k, v in p["found"].items()}
-    sizes = [len(p["res"].episodes) for p in parts]
     metrics = {"env_steps": float(sum(p["res"].env_steps for p in parts)),
                "prompts_truncated": float(sum(p["truncated"] for p in parts)),
                **times}  # this process's times
-    for key in (parts[0]["an"] if parts else {}):
-      vals = [p["an"][key] for p in parts]
-      metrics[key] = (float(np.average(vals, weights=sizes))
-                      if key in RATES else float(np.sum(vals)))
+    metrics.update(merge_chunk_metrics([p["an"] for p in parts]))
     return Collected(samples, episodes, found, metrics)
 
   # -- learning phase -------------------------------------------------------

@@ -649,3 +649,9 @@ def test_a_stage1_batch_that_does_not_split_over_the_mesh_stops_prepare(
     policies.run_stage1(None, policies.Stage1Config(batch_size=6), tmp_path,
                         env_name="household", max_new_tokens=8,
                         mesh=partitioning.make_mesh((2, 2, 2)))
+  # A policy already prepared is reloaded: its Stage 1 will not run again,
+  # so the batch size does not stop a resume on this mesh.
+  policies._save_folder(testing.tiny_policy(), tmp_path / "policy")  # pylint: disable=protected-access
+  policy = policies.prepare(tmp_path, stage1=policies.Stage1Config(batch_size=6),
+                            mesh=partitioning.make_mesh((2, 2, 2)))
+  assert len(policy.params["embed"]["embedding"].sharding.device_set) == 8

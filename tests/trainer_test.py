@@ -463,3 +463,20 @@ def test_a_kl_term_without_a_reference_is_a_clear_error(policy):
   free = _trainer(policy, kl_coef=0.0)
   batch, _ = free.build_batch(free.create_state(policy.params), None, c)
   np.testing.assert_array_equal(batch["ref_logp"], batch["old_logp"])
+
+
+def test_chunk_shares_are_weighted_by_what_they_are_shares_of():
+  # Chunk A: 64 analyses sampled, all cut; chunk B: 1 sampled (63 prompts
+  # too long), none cut. 64 of 65 were cut, not a half.
+  a = {"analyses_parsed": 0.0, "analyses_asked": 64.0,
+       "analyses_truncated": 1.0, "analyses_sampled": 64.0,
+       "analysis_prompts_too_long": 0.0}
+  b = {"analyses_parsed": 1 / 64, "analyses_asked": 64.0,
+       "analyses_truncated": 0.0, "analyses_sampled": 1.0,
+       "analysis_prompts_too_long": 63.0}
+  merged = trainer_lib.merge_chunk_metrics([a, b])
+  assert merged["analyses_truncated"] == pytest.approx(64 / 65)
+  assert merged["analyses_parsed"] == pytest.approx(1 / 128)
+  assert merged["analyses_sampled"] == 65.0
+  assert merged["analysis_prompts_too_long"] == 63.0
+  assert trainer_lib.merge_chunk_metrics([]) == {}
