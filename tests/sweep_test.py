@@ -208,8 +208,10 @@ def test_a_sweep_file_that_does_not_run_is_an_error_naming_it(
 def test_a_pod_launcher_with_two_gin_files_is_an_error(tmp_path):
   with pytest.raises(SystemExit,
                      match="^error: launcher 'tpu' takes exactly one"):
-    sweep.main([f"--sweep={SWEEP}", f"--gin_file={TINY}",
-                "--gin_file=configs/runs/rl.gin", f"--workdir={tmp_path}",
+    # Two files that parse together (tiny.gin includes rl.gin, so rl.gin
+    # after it would bind the paper's 2048-token prompts to tiny's buckets).
+    sweep.main([f"--sweep={SWEEP}", "--gin_file=configs/runs/rl.gin",
+                f"--gin_file={TINY}", f"--workdir={tmp_path}",
                 "--emit_commands", "--launcher=tpu",
                 "--gin.train.train.mesh_shape=(1,-1,1)"])
 
