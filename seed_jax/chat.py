@@ -12,6 +12,7 @@ import time
 import jax
 
 from seed_jax import hf
+from seed_jax import rollout
 from seed_jax import sampler
 
 
@@ -54,8 +55,11 @@ def main(argv=None) -> None:
     raise SystemExit(f"error: {e}") from None
   print(f"loaded {config.family} ({config.num_layers} layers) in "
         f"{time.time() - t0:.1f}s", flush=True)
+  # The date rollouts give templates that print one (Llama 3.x): the same
+  # prompt as in training, whatever the day.
   texts = [tok.apply_chat_template([{"role": "user", "content": p}],
-                                   tokenize=False, add_generation_prompt=True)
+                                   tokenize=False, add_generation_prompt=True,
+                                   date_string=rollout.CHAT_DATE_STRING)
            for p in args.prompts]
   method = sampler.at_temperature(args.temperature)
   t0 = time.time()

@@ -183,6 +183,20 @@ def _status(i: int, final: Mapping[str, Any] | None, failed: Sequence[int],
           else "done")
 
 
+def run_status(root: str, i: int, planned: int | None = None, *,
+               failed: Sequence[int] = ()) -> str:
+  """Run i's status in `root`, as `summarize` shows it.
+
+  failed (i in `failed`), missing (no `root/i/metrics.jsonl`), "update k/N"
+  (its last logged update k is short of `planned`), or done.
+
+  Raises:
+    ValueError: a damaged metrics line, named (`final_metrics`).
+  """
+  return _status(i, final_metrics(os.path.join(root, str(i))), failed,
+                 planned)
+
+
 def summarize(runs: Sequence[Mapping[str, Any]], root: str, *,
               metrics: Sequence[str] = DEFAULT_METRICS,
               failed: Sequence[int] = (),

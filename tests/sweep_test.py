@@ -302,3 +302,26 @@ def test_a_broken_metrics_file_is_an_error_naming_file_and_line(
                      f"{path} {match}"):
     _summarize(tmp_path, "kl")
   assert not (tmp_path / "s" / "summary.md").exists()
+
+
+def test_run_status_is_the_summary_status(tmp_path):
+  root = str(tmp_path)
+  _write_metrics(str(tmp_path / "0"), [{"update": 0}, {"update": 150}])
+  _write_metrics(str(tmp_path / "1"), [{"update": 0}, {"update": 3}])
+  _write_metrics(str(tmp_path / "3"), [{"kl": 0.1}])  # damaged
+  assert sweep.run_status(root, 0, 150) == "done"
+  assert sweep.run_status(root, 0, 100) == "done"  # more than planned
+  assert sweep.run_status(root, 1, 150) == "update 3/150"
+  assert sweep.run_status(root, 2, 150) == "missing"
+  with pytest.raises(ValueError, match="3/metrics.jsonl line 1"):
+    sweep.run_status(root, 3, 150)
+  assert sweep.run_status(root, 0, 150, failed=[0]) == "failed"
+  assert sweep.run_status(root, 2, failed=(2,)) == "failed"
+  # Without a plan, a run with metrics is done.
+  assert sweep.run_status(root, 1) == "done"
+  assert sweep.run_status(root, 2) == "missing"
+  runs = [{"a.lr": 0.1}] * 3
+  _, rows = sweep.summarize(runs, root, metrics=(), failed=[0],
+                            num_updates=[150] * 3)
+  assert [r[2] for r in rows] == ["failed", "update 3/150", "missing"] == [
+      sweep.run_status(root, i, 150, failed=[0]) for i in range(3)]
