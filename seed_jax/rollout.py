@@ -140,14 +140,18 @@ class Policy:
     return out
 
   def encode(self, prompt: str) -> list[int]:
-    """Token ids of one prompt as a user turn (generation prompt appended)."""
+    """Token ids of one prompt as a user turn (generation prompt appended).
+
+    A chat template writes its own special tokens (Llama's BOS among them);
+    a plain prompt gets those the tokenizer adds itself, as
+    `tokenizer(prompt)` in transformers does (a BOS for Llama, none for Qwen).
+    """
     if self.use_chat_template and self.tokenizer.chat_template:
       text = self.tokenizer.apply_chat_template(
           [{"role": "user", "content": prompt}], tokenize=False,
           add_generation_prompt=True, date_string=CHAT_DATE_STRING)
-    else:
-      text = prompt
-    return self.tokenizer.encode(text, add_special_tokens=False)
+      return self.tokenizer.encode(text, add_special_tokens=False)
+    return self.tokenizer.encode(prompt)
 
   def _rows(self, n: int) -> int:
     rows = max(self.min_rows, 1)

@@ -281,6 +281,26 @@ def test_chat_templates_that_print_a_date_get_a_fixed_one():
   assert text == f"date: {rollout.CHAT_DATE_STRING}|a b", text
 
 
+def test_plain_prompts_get_the_tokenizers_bos_and_templates_write_their_own():
+  from tokenizers import processors  # pylint: disable=g-import-not-at-top
+  policy, _ = _tiny_sampler(use_chat_template=False)
+  tok = policy.tokenizer
+  bos = tok.convert_tokens_to_ids(tok.bos_token or tok.eos_token)
+  # As Llama tokenizers do: a BOS before every encoded text.
+  tok.backend_tokenizer.post_processor = processors.TemplateProcessing(
+      single=f"{tok.convert_ids_to_tokens(bos)} $A",
+      special_tokens=[(tok.convert_ids_to_tokens(bos), bos)])
+  plain = tok.encode("a b", add_special_tokens=False)
+  assert policy.encode("a b") == [bos] + plain
+  # A template that writes the BOS itself gets exactly one.
+  tok.chat_template = ("{{ bos_token }}{% for m in messages %}"
+                       "{{ m['content'] }}{% endfor %}")
+  tok.bos_token = tok.convert_ids_to_tokens(bos)
+  templated = rollout.Policy(policy.config, tok, max_new_tokens=6,
+                             buckets=(16,))
+  assert templated.encode("a b") == [bos] + plain
+
+
 def test_rollout_logs_its_progress_per_step(caplog):
   caplog.set_level(logging.INFO)
   pool = base.EnvPool("household", num_groups=1, group_size=2, max_steps=12)
