@@ -409,6 +409,10 @@ class RLTrainer:
     self._replicate = jax.jit(lambda p: p, out_shardings=rep)
     self._create = jax.jit(lambda p: ts.TrainState.create(p, tx),
                            out_shardings=self.state_shardings)
+    # `copy`, not the identity: new buffers, never the input's (the state's
+    # are donated each step, the reference's must outlive them).
+    self._copy = jax.jit(lambda p: jax.tree.map(lambda x: x.copy(), p),
+                         out_shardings=self.param_shardings)
 
   def _global(self, tree):
     return partitioning.host_to_global(
@@ -416,13 +420,39 @@ class RLTrainer:
 
   # -- placement ------------------------------------------------------------
 
+  def _on_mesh(self, params) -> bool:
+    """Whether every leaf of `params` is a jax.Array on this mesh (sharded
+    over it in any way) or, for a one-device mesh, on that device."""
+    devices = set(self.mesh.devices.flat)
+
+    def on(x):
+      if not isinstance(x, jax.Array):
+        return False
+      if len(devices) == 1:
+        return x.sharding.device_set == devices
+      # This very mesh: a jitted copy wants its devices in the same order.
+      return (isinstance(x.sharding, jax.sharding.NamedSharding)
+              and x.sharding.mesh == self.mesh)
+
+    leaves = jax.tree.leaves(params)
+    return bool(leaves) and all(on(x) for x in leaves)
+
   def place_params(self, params) -> Any:
-    """Host (or single-device) params -> global arrays on the mesh (a copy)."""
+    """Params -> a copy on the mesh, sharded as `param_shardings`.
+
+    Params already on the mesh (Stage 1 ran there, one process) are copied
+    device to device, into new buffers; others (host arrays, or a process's
+    own full copy, the same on every process) go through the host. The
+    values and dtypes are the same either way.
+    """
+    if self._on_mesh(params):
+      return self._copy(params)
     return partitioning.host_to_global(jax.device_get(params),
                                        self.param_shardings)
 
   def create_state(self, params) -> ts.TrainState:
-    """A fresh TrainState on the mesh from host params."""
+    """A fresh TrainState on the mesh from a copy of `params` (see
+    `place_params`: the caller's params are never donated)."""
     return self._create(self.place_params(params))
 
   def abstract_state(self) -> ts.TrainState:

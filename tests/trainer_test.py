@@ -5,12 +5,16 @@ import json
 import logging
 
 import jax
+from jax.sharding import NamedSharding, PartitionSpec as P
+import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
 
 from seed_jax import annotators
 from seed_jax import model as model_lib
+from seed_jax import partitioning
+from seed_jax import policies
 from seed_jax import rollout
 from seed_jax import skills
 from seed_jax import teacher as teacher_lib
@@ -463,6 +467,63 @@ def test_a_kl_term_without_a_reference_is_a_clear_error(policy):
   free = _trainer(policy, kl_coef=0.0)
   batch, _ = free.build_batch(free.create_state(policy.params), None, c)
   np.testing.assert_array_equal(batch["ref_logp"], batch["old_logp"])
+
+
+def _buffers(tree):
+  return {s.data.unsafe_buffer_pointer() for x in jax.tree.leaves(tree)
+          for s in x.addressable_shards}
+
+
+@pytest.mark.parametrize("where", ["mesh", "replicated", "bfloat16", "host",
+                                   "one_device"])
+def test_params_on_the_mesh_are_copied_there_not_through_the_host(
+    policy, monkeypatch, where):
+  """Stage 1 on the training mesh leaves the params there: the reference and
+  the state are copies made on the devices (no gather to the host), in new
+  buffers that outlive the state's (donated each step); other params take
+  the host path. Values, dtypes and shardings are the same either way."""
+  mesh = partitioning.make_mesh((1, -1, 1))  # fsdp over 8 devices
+  rl = trainer_lib.RLConfig(num_groups=2, group_size=2, max_steps=3,
+                            mini_batch_size=8, prompt_buckets=(512, 1024))
+  t = trainer_lib.RLTrainer(policy.config, policy.tokenizer, rl,
+                            env_name="household", tx=optax.sgd(0.0),
+                            mesh=mesh)
+  params = {
+      "mesh": lambda: policies.place(policy, mesh).params,
+      "replicated": lambda: jax.device_put(policy.params,
+                                           NamedSharding(mesh, P())),
+      "bfloat16": lambda: jax.tree.map(
+          lambda x: x.astype(jnp.bfloat16),
+          policies.place(policy, mesh).params),
+      "host": lambda: jax.device_get(policy.params),
+      "one_device": lambda: policy.params,  # not on the mesh's 8 devices
+  }[where]()
+  want = jax.device_get(params)
+  gets = []
+  device_get = jax.device_get
+  monkeypatch.setattr(jax, "device_get",
+                      lambda x: gets.append(1) or device_get(x))
+  reference = t.place_params(params)
+  state = t.create_state(params)
+  monkeypatch.undo()
+  on_mesh = where in ("mesh", "replicated", "bfloat16")
+  if on_mesh:
+    assert not gets, "on-mesh params went through the host"
+  for tree in (reference, state.params):
+    for x, sh, w in zip(jax.tree.leaves(tree),
+                        jax.tree.leaves(t.param_shardings),
+                        jax.tree.leaves(want)):
+      assert x.sharding == sh and x.dtype == w.dtype
+      assert np.asarray(x).tobytes() == w.tobytes()
+  assert not _buffers(reference) & _buffers(state.params)
+  if on_mesh:
+    assert not _buffers(params) & (_buffers(reference)
+                                   | _buffers(state.params))
+  # The state's buffers go (donated by the train step): the rest stay.
+  jax.tree.map(lambda x: x.delete(), state.params)
+  for tree in (reference, params):
+    for x, w in zip(jax.tree.leaves(tree), jax.tree.leaves(want)):
+      assert np.asarray(x).tobytes() == w.tobytes()
 
 
 def test_chunk_shares_are_weighted_by_what_they_are_shares_of():
