@@ -13,7 +13,10 @@ runs), `--emit_commands` prints one command per run instead (`--launcher`:
 local, tpu or slurm) and stops there. After `--local`, or with
 `--summarize` once the emitted runs are done, the summary table of each
 run's final metrics (from its metrics.jsonl) is printed and written to
-`WORKDIR/name/summary.{md,csv}`.
+`WORKDIR/name/summary.{md,csv}`. `--local` records each run's bindings in
+its folder (`sweep_run.json`); a sweep file changed since, so that run i
+would mean other settings than the ones trained in `WORKDIR/name/i`, is
+refused before anything runs, is printed or is summarized.
 
   python -m seed_jax.sweep --sweep=configs/sweeps/opd_lambda_beta.py \
       --gin_file=configs/experiments/tiny.gin --workdir=runs/sweeps --local
@@ -26,6 +29,7 @@ import collections.abc
 import csv
 import importlib.util
 import io
+import json
 import os
 import shlex
 import sys
@@ -159,6 +163,55 @@ def _quote(word: str) -> str:
   return shlex.quote(word)
 
 
+RUN_RECORD = "sweep_run.json"
+
+
+def record_run(root: str, i: int, bindings: Mapping[str, Any]) -> None:
+  """Writes run i's bindings to `root/i/sweep_run.json` (see `check_runs`)."""
+  atomic.write_text(os.path.join(root, str(i), RUN_RECORD),
+                    json.dumps({"run": i, "bindings": gin_args(bindings)},
+                               indent=1) + "\n")
+
+
+def check_runs(runs: Sequence[Mapping[str, Any]], root: str, *,
+               only: Sequence[int] | None = None) -> None:
+  """Refuses run folders that another binding set trained in.
+
+  Run i trains in `root/i`, so a sweep file whose runs were reordered,
+  inserted or changed since would resume, and summarize, a folder of other
+  settings under the new ones. Folders that `run_local` recorded
+  (`sweep_run.json`) must hold the same bindings; folders without a record
+  (not trained yet, or trained from emitted commands) are not checked.
+
+  Args:
+    only: the indices to check (default all).
+
+  Raises:
+    ValueError: naming each folder, its bindings and the sweep's.
+  """
+  wrong = []
+  for i in range(len(runs)) if only is None else only:
+    b = runs[i]
+    path = os.path.join(root, str(i), RUN_RECORD)
+    if not os.path.exists(path):
+      continue
+    try:
+      with open(path) as f:
+        old = json.load(f)["bindings"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+      raise ValueError(f"{path}: not a sweep run record ({e}); move the "
+                       "folder away or delete the file") from None
+    if old != gin_args(b):
+      wrong.append(f"{os.path.join(root, str(i))} was trained with "
+                   f"{' '.join(old)}; the sweep's run {i} is "
+                   f"{' '.join(gin_args(b))}")
+  if wrong:
+    raise ValueError(
+        "the sweep file's runs changed since these folders were trained "
+        "(run i trains in ROOT/i):\n  " + "\n  ".join(wrong)
+        + "\nuse another --workdir, or move those folders away")
+
+
 def final_metrics(run_dir: str) -> dict[str, Any] | None:
   """Each metric's last value in `run_dir/metrics.jsonl`; None if absent.
 
@@ -272,16 +325,22 @@ def run_local(runs: Sequence[Mapping[str, Any]], *, gin_files: Sequence[str],
   Args:
     only: the indices to train (default all); run i trains in `root/i`
       whichever runs are left out.
+
+  Raises:
+    ValueError: a folder to train in that other bindings trained in
+      (`check_runs`), before any run starts.
   """
   import gin  # pylint: disable=g-import-not-at-top
   from seed_jax import train  # pylint: disable=g-import-not-at-top
   failed = []
   todo = range(len(runs)) if only is None else list(only)
+  check_runs(runs, root, only=todo)
   for k, i in enumerate(todo):
     b = runs[i]
     print(f"sweep run {i} ({k + 1}/{len(todo)}): {b}", flush=True)
     gin.clear_config()
     try:
+      record_run(root, i, b)
       train.main(train_argv(gin_files, os.path.join(root, str(i)), b, extra))
     except (Exception, SystemExit):  # pylint: disable=broad-except
       # One failed run (a diverged learning rate, or a binding train.main
@@ -342,6 +401,7 @@ def main(argv=None) -> int:
     planned = [train.planned_updates(
         train_argv(args.gin_file, os.path.join(root, str(i)), b, args.extra),
         multi_host=pod) for i, b in enumerate(runs)]
+    check_runs(runs, root)
     if args.emit_commands:
       lines = commands(runs, gin_files=args.gin_file, root=root,
                        launcher=args.launcher, extra=args.extra)

@@ -325,3 +325,55 @@ def test_run_status_is_the_summary_status(tmp_path):
                             num_updates=[150] * 3)
   assert [r[2] for r in rows] == ["failed", "update 3/150", "missing"] == [
       sweep.run_status(root, i, 150, failed=[0]) for i in range(3)]
+
+
+def test_a_sweep_changed_since_its_folders_trained_is_refused(
+    tmp_path, monkeypatch, capsys):
+  trained = []
+
+  def fake_main(argv):
+    run_dir = next(a for a in argv if a.startswith("--gin.WORKDIR="))
+    trained.append(run_dir)
+    _write_metrics(run_dir.split("=", 1)[1].strip("'"),
+                   [{"update": 1, "success_rate": 0.5}])
+
+  monkeypatch.setattr(train, "main", fake_main)
+  sweep_file = tmp_path / "s.py"
+
+  def run(values, *mode):
+    sweep_file.write_text("def sweep():\n"
+                          f"  for lr in {values!r}:\n"
+                          "    yield {'train.train.learning_rate': lr}\n")
+    return sweep.main([f"--sweep={sweep_file}", f"--gin_file={TINY}",
+                       f"--workdir={tmp_path}", *mode,
+                       "--gin.NUM_UPDATES=1", "--metrics=success_rate"])
+
+  assert run((0.1, 0.3), "--local") == 0
+  root = tmp_path / "s"
+  record = json.loads((root / "1" / sweep.RUN_RECORD).read_text())
+  assert record == {"run": 1,
+                    "bindings": ["--gin.train.train.learning_rate=0.3"]}
+  # The same sweep again, or with a run appended, goes on.
+  assert run((0.1, 0.3, 0.5), "--local") == 0
+  assert len(trained) == 5
+  # A value inserted before run 1: folder 1 holds lr 0.3, the sweep says 0.2.
+  for mode in (["--local"], ["--summarize"], ["--emit_commands"]):
+    with pytest.raises(SystemExit, match=(
+        r"(?s)runs changed since.*s/1 was trained with "
+        r"--gin.train.train.learning_rate=0.3; the sweep's run 1 is "
+        r"--gin.train.train.learning_rate=0.2")) as e:
+      run((0.1, 0.2, 0.3, 0.5), *mode)
+    assert "s/2 was trained with" in str(e.value)
+    assert "s/0 " not in str(e.value)
+  assert len(trained) == 5  # nothing trained
+  assert "| 0.2 |" not in capsys.readouterr().out  # nor summarized
+  # run_local (the notebook's) checks the folders it trains in, and only those.
+  runs = [{"train.train.learning_rate": v} for v in (0.1, 0.2)]
+  with pytest.raises(ValueError, match="s/1 was trained with"):
+    sweep.run_local(runs, gin_files=[TINY], root=str(root), only=[1])
+  assert sweep.run_local(runs, gin_files=[TINY], root=str(root),
+                         only=[0]) == []
+  # A damaged record is named.
+  (root / "0" / sweep.RUN_RECORD).write_text("{")
+  with pytest.raises(ValueError, match=r"s/0/sweep_run.json: not a sweep run"):
+    sweep.check_runs(runs, str(root))
