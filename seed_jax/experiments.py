@@ -12,7 +12,9 @@ r"""Experiments: GRPO, SEED and its ablations over seeds, resumable, summarized.
 Run (method, seed) trains in `OUT/<method>/seed<S>` as its own process,
 `python -m seed_jax.train --gin_file=... --gin.WORKDIR=... --gin.SEED=S`
 plus the method's bindings (`METHODS`) and then the `--gin` bindings given
-here (which may override them); its output goes to `log.txt` there. Every
+here (which may override them; but a binding of WORKDIR, SEED or VARIANT,
+or of the parameters they set, would do so for every run and is refused:
+use --out, --seeds and --methods); its output goes to `log.txt` there. Every
 method gets the same gin file, hence the same number of updates and samples.
 `--methods` defaults to GRPO, SEED and the two ablations; `grpo_no_stage1`,
 GRPO from the start of `seed_no_stage1`, is a control to ask for, and so is
@@ -30,7 +32,9 @@ last logged update.
 
 `summarize` reads every `OUT/<method>/seed<S>/metrics.jsonl` and writes
 `OUT/summary.{json,csv,md}`, `OUT/sample_efficiency.csv` and the learning
-curves `OUT/success_vs_{updates,env_steps}.png` (see `seed_jax.results`);
+curves `OUT/success_vs_{updates,env_steps}.png` (see `seed_jax.results`;
+a run that logged fewer updates than planned, as OUT/status.json records,
+else its config.gin, is left out of the tables and named);
 with `--md=PATH` also a Markdown section in PATH (between markers, so the
 rest of the file is kept) with its images, and the raw metrics when small,
 in the folder PATH without its suffix (docs/results.md -> docs/results/), so
@@ -105,6 +109,17 @@ RESCORED_END = "<!-- seed_jax.experiments evaluate: end -->"
 NO_CHECKPOINT = "no checkpoint yet"  # why `evaluate` leaves a run out
 UNFINISHED = "unfinished"  # why, too: the start of the reason
 RAW_LIMIT = 2 << 20  # copy the runs' metrics.jsonl next to the md below this
+# What `plan` binds itself, per run or per method, as (macro, the parameter
+# it sets, the flag that chooses it). gin keeps the last binding of a name,
+# so a `--gin` binding of one (bound after them) would set it for every run:
+# every seed would train one seed, every run write one folder, or every
+# method be the same method.
+OWN_BINDINGS = (
+    ("WORKDIR", "seed_jax.train.train.workdir",
+     "--out (each run's workdir is OUT/<method>/seed<S>)"),
+    ("SEED", "seed_jax.train.train.seed", "--seeds"),
+    ("VARIANT", "seed_jax.trainer.RLConfig.variant", "--methods"),
+)
 
 
 def plan(out: str, *, methods: Sequence[str], seeds: Sequence[int],
@@ -122,7 +137,9 @@ def plan(out: str, *, methods: Sequence[str], seeds: Sequence[int],
     method_bindings: {method: bindings}; default `METHODS`.
 
   Raises:
-    ValueError: an unknown or repeated method, a repeated or negative seed.
+    ValueError: an unknown or repeated method, a repeated or negative seed;
+      a binding of what `plan` binds itself (`OWN_BINDINGS`; the variant
+      only when one of `methods` binds it).
   """
   known = METHODS if method_bindings is None else method_bindings
   unknown = [m for m in methods if m not in known]
@@ -134,6 +151,18 @@ def plan(out: str, *, methods: Sequence[str], seeds: Sequence[int],
   for what, items in (("method", methods), ("seed", seeds)):
     if len(set(items)) != len(items):
       raise ValueError(f"a {what} is repeated in {list(items)}")
+  by_method = {_own_binding(n) for m in methods if m in known
+               for b in known[m] for n in _binding_names(b)}
+  for binding in bindings:
+    for name in _binding_names(binding):
+      own = _own_binding(name)
+      if own is None or (own[0] == "VARIANT" and own not in by_method):
+        continue
+      by = "each method" if own[0] == "VARIANT" else "each run"
+      raise ValueError(
+          f"--gin {binding!r} sets {name}, which `run` sets for {by} itself "
+          "(gin keeps the last binding, so every run would get this one): "
+          f"use {own[2]} instead")
   runs = []
   for s in seeds:
     for m in methods:
@@ -143,6 +172,32 @@ def plan(out: str, *, methods: Sequence[str], seeds: Sequence[int],
               [f"--gin.{b}" for b in (*known[m], *bindings)])
       runs.append(runner.Run(m, int(s), workdir, tuple(args)))
   return runs
+
+
+def _binding_names(binding: str) -> list[str]:
+  """The names a gin binding sets ("NAME" or "SELECTOR.PARAM"), one per line
+  with an `=`, without spaces or a leading `--gin.` or `%`.
+
+  Example: _binding_names(" --gin.SEED = 7") -> ["SEED"].
+  """
+  names = []
+  for line in binding.splitlines():
+    if "=" in line:
+      name = "".join(line.split("=", 1)[0].split())
+      names.append(name.removeprefix("--gin.").removeprefix("%"))
+  return names
+
+
+def _own_binding(name: str) -> tuple[str, str, str] | None:
+  """The `OWN_BINDINGS` entry a binding name sets, if any: its macro, or
+  its parameter under any dotted tail of the full name that gin resolves
+  ("train.train.seed", "seed_jax.train.train.seed")."""
+  for own in OWN_BINDINGS:
+    macro, param, _ = own
+    if name == macro or ("." in name and
+                         ("." + param).endswith("." + name)):
+      return own
+  return None
 
 
 def planned_updates(run: runner.Run) -> int:
@@ -224,6 +279,24 @@ def _planned(runs: Mapping[str, Any]) -> dict[str, dict[int, int]]:
   return planned
 
 
+def _planned_updates(workdir: str, recorded: Mapping[str, Mapping[int, int]],
+                     method: str, seed: int) -> int:
+  """The updates run (method, seed) was started for: as status.json records
+  it (`recorded`, from `_planned`), else as the config.gin in `workdir`
+  (written as its training started) says, for a run `run` did not start
+  or whose status.json is lost.
+
+  Raises:
+    FileNotFoundError, ValueError: neither knows (no config.gin, or one
+      that does not parse; see `evaluate.run_settings`).
+  """
+  planned = recorded.get(method, {}).get(seed)
+  if planned is None:
+    from seed_jax import evaluate  # pylint: disable=g-import-not-at-top
+    planned = evaluate.run_settings(workdir)["num_updates"]
+  return int(planned)
+
+
 def image_folder(md: str) -> str:
   """Where `write_summary` puts the images of the Markdown file `md`: its
   path without the suffix (docs/results.md -> docs/results).
@@ -247,6 +320,10 @@ def image_folder(md: str) -> str:
 def write_summary(out: str, md: str | None = None) -> dict[str, Any]:
   """Writes the summary files of OUT (and the section in `md`).
 
+  A run is unfinished when it logged fewer updates than planned, as
+  OUT/status.json records, else as its config.gin says (a run with neither
+  counts as finished).
+
   Raises:
     FileNotFoundError: when no run of OUT has a metrics.jsonl yet.
     ValueError: a bad `md` (see `image_folder`, `replace_section`), before
@@ -261,7 +338,15 @@ def write_summary(out: str, md: str | None = None) -> dict[str, Any]:
                             f"{out}: no run has finished yet")
   status = runner.read_status(os.path.join(out, runner.STATUS))
   runs = _recorded(status)
-  summary = results.summarize(histories, planned=_planned(runs))
+  recorded, planned = _planned(runs), {}
+  for m, by_seed in histories.items():
+    for s in by_seed:
+      try:
+        planned.setdefault(m, {})[s] = _planned_updates(
+            os.path.join(out, m, f"seed{s}"), recorded, m, s)
+      except (FileNotFoundError, ValueError):
+        pass  # unknown: `results.summarize` counts the run as finished
+  summary = results.summarize(histories, planned=planned)
   if status:
     summary["commands"] = status.get("commands", [])
     # The runs with numbers, in the tables' order.
@@ -346,11 +431,8 @@ def rescore(out: str, *, num_tasks: int = 256, seed: int = 12345,
         left_out[f"{m}/seed{s}"] = NO_CHECKPOINT
         continue
       last = kept[-1]
-      planned = recorded.get(m, {}).get(s)
       try:
-        if planned is None:  # not run by `run`: the run's own settings
-          settings = evaluate.run_settings(workdir)
-          planned = int(settings["num_updates"])
+        planned = _planned_updates(workdir, recorded, m, s)
       except (FileNotFoundError, ValueError) as e:
         left_out[f"{m}/seed{s}"] = f"its planned updates are unknown: {e}"
       else:

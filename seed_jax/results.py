@@ -33,6 +33,9 @@ from seed_jax import atomic
 
 SPLITS = ("seen", "unseen")
 FRACTIONS = (0.2, 0.4, 0.6, 0.8, 1.0)
+# An evaluation report's environment and episode settings: `rescored` pairs
+# only reports that agree on them.
+EPISODE = ("env_name", "max_steps", "history_length")
 # Training scalars averaged over each run's updates: SEED's signal health.
 DIAGNOSTICS = ("success_rate", "valid_action_ratio", "analyses_parsed",
                "opd_gate_mean", "opd_active_ratio", "skill_logp_gap", "kl",
@@ -314,18 +317,28 @@ def rescored(reports: Mapping[str, Mapping[int, Mapping[str, Mapping[
 
   Raises:
     ValueError: when the reports do not share the tasks, evaluation seed
-      and temperature.
+      and temperature, or the environment and episode settings (`EPISODE`;
+      a report without one, written before it was recorded, is taken to
+      share it).
   """
   def each(pair):  # every report of one run
     yield from (r for k, r in pair.items() if k != "efficiency")
     yield from pair.get("efficiency", {}).values()
 
-  settings = {(r["num_tasks"], r["seed"], r["temperature"])
-              for by_seed in reports.values() for pair in by_seed.values()
-              for r in each(pair)}
+  every = [r for by_seed in reports.values() for pair in by_seed.values()
+           for r in each(pair)]
+  settings = {(r["num_tasks"], r["seed"], r["temperature"]) for r in every}
   if len(settings) > 1:
     raise ValueError(f"the reports were scored with different (num_tasks, "
                      f"seed, temperature): {sorted(settings)}")
+  episode = {k: sorted({r[k] for r in every if k in r}, key=repr)
+             for k in EPISODE}
+  differ = {k: v for k, v in episode.items() if len(v) > 1}
+  if differ:
+    raise ValueError(
+        "the reports were scored on different environments or episodes, so "
+        f"not on the same tasks: {differ}; score every run with the same "
+        "env_name, max_steps and history_length")
   (num_tasks, seed, temperature), = settings or {(None, None, None)}
   if baseline is None and "grpo" in reports:
     baseline = "grpo"
@@ -563,7 +576,9 @@ def markdown(summary: Mapping[str, Any], *, image_dir: str | None = None,
     title: the section's heading.
   """
   methods = summary["methods"]
-  seeds = {m: len(summary["runs"][m]) for m in methods}
+  # The runs the cells are over: the finished ones.
+  seeds = {m: sum(r.get("finished", True) for r in summary["runs"][m].values())
+           for m in methods}
   head = [f"{m} ({seeds[m]} seed{'s' * (seeds[m] != 1)})" for m in methods]
   lines = [f"## {title}", "",
            "Success in percent, mean ± sample std over seeds (the value alone "

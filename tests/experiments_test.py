@@ -76,6 +76,52 @@ def test_dry_run_prints_the_commands(tmp_path, capsys):
       capsys.readouterr().out)
 
 
+@pytest.mark.parametrize("flags,name,use", [
+    (["--gin", "SEED=7"], "SEED", "--seeds"),
+    (["--gin.SEED=7"], "SEED", "--seeds"),
+    (["--gin", " SEED = 7"], "SEED", "--seeds"),
+    (["--gin=--gin.SEED=7"], "SEED", "--seeds"),
+    (["--gin", "%SEED=7"], "SEED", "--seeds"),
+    (["--gin", "NUM_UPDATES=4\nSEED=7"], "SEED", "--seeds"),
+    (["--gin", "train.train.seed=7"], "train.train.seed", "--seeds"),
+    (["--gin", "seed_jax.train.train.seed = 7"], "seed_jax.train.train.seed",
+     "--seeds"),
+    (["--gin", "WORKDIR='/x'"], "WORKDIR", "--out"),
+    (["--gin.train.train.workdir='/x'"], "train.train.workdir", "--out"),
+    (["--gin", "VARIANT='seed'"], "VARIANT", "--methods"),
+    (["--gin", "trainer.RLConfig.variant='grpo'"], "trainer.RLConfig.variant",
+     "--methods"),
+])
+def test_bindings_the_runner_makes_itself_are_refused(tmp_path, flags, name,
+                                                      use):
+  """gin keeps the last binding: one of these would give every run the same
+  seed, workdir or variant."""
+  out = tmp_path / "exp"
+  with pytest.raises(SystemExit, match=rf"^error: --gin .* sets "
+                     rf"{re.escape(name)}, which `run` sets for each "
+                     rf"(run|method) itself .*: use {use}"):
+    experiments.main(["run", "--out", str(out), "--methods", "grpo,seed",
+                      "--seeds", "0,1", "--gin_file", TINY, "--dry_run",
+                      *flags])
+  assert not out.exists()
+
+
+def test_bindings_near_the_runners_own_are_taken():
+  runs = experiments.plan(
+      "out", methods=["grpo"], seeds=[0], gin_files=["a.gin"],
+      bindings=["NUM_UPDATES=5", "SEEDS=1", "train.train.eval_every=2",
+                "policies.prepare.seed=1", "VARIANT_NOTE='x=SEED'"])
+  assert runs[0].args[-1] == "--gin.VARIANT_NOTE='x=SEED'"
+  # The variant is the runner's own only where a method binds it.
+  run, = experiments.plan("out", methods=["plain"], seeds=[0],
+                          gin_files=["a.gin"], bindings=["VARIANT='opid'"],
+                          method_bindings={"plain": ()})
+  assert run.args[-1] == "--gin.VARIANT='opid'"
+  with pytest.raises(ValueError, match="sets SEED"):
+    experiments.plan("out", methods=["plain"], seeds=[0], gin_files=["a.gin"],
+                     bindings=["SEED=1"], method_bindings={"plain": ()})
+
+
 def test_run_skips_finished_runs_status_and_summary(tmp_path, capsys,
                                                    monkeypatch):
   out = str(tmp_path / "exp")
@@ -480,6 +526,37 @@ def test_a_failed_run_is_reported(tmp_path, capsys):
   capsys.readouterr()
   experiments.main(["status", "--out", out])
   assert "failed (1)" in capsys.readouterr().out
+
+
+def test_summarize_takes_planned_updates_from_config_gin(tmp_path):
+  """Without status.json, or without the run in it, a run stopped partway is
+  known by its config.gin and left out of the tables."""
+  from seed_jax import train  # pylint: disable=g-import-not-at-top
+  import gin  # pylint: disable=g-import-not-at-top
+  out = tmp_path / "exp"
+  train.parse_gin([TINY], ["NUM_UPDATES=10"])
+  config = gin.config_str()
+  gin.clear_config()
+  for seed, last, rate in ((0, 10, 0.5), (1, 5, 0.25)):
+    workdir = out / "grpo" / f"seed{seed}"
+    workdir.mkdir(parents=True)
+    (workdir / "config.gin").write_text(config)
+    (workdir / "metrics.jsonl").write_text("".join(json.dumps(
+        {"update": u, "env_steps": 4.0, "eval/seen/success": rate,
+         "eval/unseen/success": rate}) + "\n" for u in range(last + 1)))
+  for status in (None, {"runs": {"grpo/seed0": dict(
+      method="grpo", seed=0, num_updates=10, command="python -m ...")}}):
+    if status is not None:
+      (out / runner.STATUS).write_text(json.dumps(status))
+    assert experiments.main(["summarize", "--out", str(out)]) == 0
+    summary = json.load(open(out / "summary.json"))
+    assert summary["unfinished"] == ["grpo/seed1"]
+    assert summary["runs"]["grpo"]["1"]["planned"] == 10
+    assert not summary["runs"]["grpo"]["1"]["finished"]
+    assert summary["final"]["grpo"]["seen"]["all"]["values"] == [0.5]
+    text = open(out / "summary.md").read()
+    assert "| family | grpo (1 seed) |" in text
+    assert "not finished: grpo/seed1 (update 5 of 10)" in text
 
 
 def test_bad_inputs(tmp_path, capsys):

@@ -159,6 +159,22 @@ def test_unfinished_runs_are_left_out_and_named():
   assert "| all | - |" in results.markdown(alone)
 
 
+def test_the_header_counts_the_seeds_the_cells_are_over():
+  histories = {"grpo": {0: _history(lambda u: u / 10, env_steps=4),
+                        1: _history(lambda u: 0.9, env_steps=4, updates=4),
+                        2: _history(lambda u: u / 20, env_steps=4)},
+               "seed": {0: _history(lambda u: u / 10, env_steps=4,
+                                    updates=4)}}
+  s = results.summarize(histories, planned={"grpo": {0: 10, 1: 10, 2: 10},
+                                            "seed": {0: 10}})
+  assert s["final"]["grpo"]["seen"]["all"]["n"] == 2
+  md = results.markdown(s)
+  assert "| family | grpo (2 seeds) | seed (0 seeds) |" in md
+  assert "| all | 75.0 ± 35.4 | - |" in md
+  # Every run in the runs table still.
+  assert "| grpo | 1 | 4 of 10 | 4 | 16 |" in md
+
+
 def test_tables_and_markdown(summary):
   rows = results.final_rows(summary)
   assert rows[0] == {"method": "grpo", "split": "seen", "family": "all",
@@ -355,5 +371,36 @@ def test_rescored_pairs_seeds_against_grpo():
   # Without a baseline there are no differences.
   assert results.rescored({"seed": reports["seed"]})["paired"] == {}
   reports["seed"][2]["final"] = _report(10, 1.0, 1.0, num_tasks=8)
+  with pytest.raises(ValueError, match="different .num_tasks, seed, temp"):
+    results.rescored(reports)
+
+
+@pytest.mark.parametrize("key,a,b", [("env_name", "household", "sokoban"),
+                                     ("max_steps", 20, 5),
+                                     ("history_length", 2, 5)])
+def test_rescored_refuses_reports_of_other_environments(key, a, b):
+  """Reports of another game or episode length are not on the same tasks,
+  whatever their task count, seed and temperature."""
+  def report(step, value, *, num_tasks=4):
+    return _report(step, 0.5, 0.5, num_tasks=num_tasks) | {key: value}
+
+  reports = {"grpo": {0: {"start": report(0, a), "final": report(10, a)}},
+             "seed": {0: {"start": report(0, a), "final": report(10, a)}}}
+  assert results.rescored(reports)["paired"]["seed"]["seen"]["n"] == 1
+  # Reports written before the setting was recorded are taken as sharing it.
+  reports["seed"][1] = {"start": _report(0, 0.5, 0.5),
+                        "final": _report(10, 0.5, 0.5)}
+  assert results.rescored(reports)["success"]["seed"]["final"]["seen"][
+      "all"]["n"] == 2
+  reports["seed"][0]["final"] = report(10, b)
+  with pytest.raises(ValueError, match=rf"different environments or "
+                     rf"episodes.*{key}.*{a!r}.*{b!r}"):
+    results.rescored(reports)
+  reports["seed"][0]["final"] = report(10, a)
+  reports["seed"][0]["efficiency"] = {"0.5": report(5, b)}
+  with pytest.raises(ValueError, match=f"different environments.*{key}"):
+    results.rescored(reports)
+  # The task settings are checked first, as before.
+  reports["seed"][0]["efficiency"] = {"0.5": report(5, b, num_tasks=8)}
   with pytest.raises(ValueError, match="different .num_tasks, seed, temp"):
     results.rescored(reports)
