@@ -13,7 +13,8 @@ Orbax writes each step into a temporary directory and renames it when every
 item is written, so a step directory that exists is complete. Once a save has
 finished, a manifest of the step's files (size and CRC-32 of each, or the
 size alone with `checksums=False`, which spares process 0 reading every file
-back: at 7B on network storage that is tens of GB per save) is added;
+back: at 7B on network storage that is tens of GB per save) is added (to a
+step whose process stopped before that, once it restores);
 `restore_latest` checks it, and a step whose files no longer match, or that
 fails to restore, is reported and skipped in favour of the step before it
 (then moved to `workdir/corrupt_checkpoints/`).
@@ -54,7 +55,7 @@ _CHUNK = 8 << 20
 
 class CorruptCheckpointError(RuntimeError):
   """No checkpoint restores, or the one asked for does not match its
-  manifest."""
+  manifest, fails to restore or was deleted while it was read."""
 
 
 class CorruptCheckpointWarning(UserWarning):
@@ -74,11 +75,15 @@ class _Attempt:
   (another model's checkpoint); "failed" (the restore raised; the step has
   no checksums, so it may be damaged); "failed_verified" (the restore raised
   although the files match their checksums: the caller's target is wrong).
+  vanished: the step failed (check or restore) and an item that was there
+  when the attempt started is gone (a run still training deleted the step:
+  its max_to_keep).
   """
   kind: str
   message: str = ""
   restored: Any = None
   error: BaseException | None = None
+  vanished: bool = False
 
 
 def _is_collective_error(e: BaseException) -> bool:
@@ -301,6 +306,7 @@ class Checkpointer:
     if not read_only:
       check_writable(self.directory)
     self._model = _config_dict(model_config)
+    self._read_only = read_only
     self._unverified: list[int] = []
     self._checksums = checksums
     policies = ocp.checkpoint_managers
@@ -487,6 +493,7 @@ class Checkpointer:
         # save of those steps does not collide with them.
         for bad in skipped:
           self._quarantine(bad)
+        self._add_missing_manifest(step, abstract_reference)
         return mine.restored
       warnings.warn(f"checkpoint step {step} in {self.directory} is corrupt "
                     f"({problem}); falling back to an earlier step",
@@ -513,10 +520,11 @@ class Checkpointer:
       ValueError: when the step does not exist (the message lists the
         existing ones) or was written for a different model config.
       CorruptCheckpointError: when the step's files do not match its
-        manifest (on any process).
-      RestoreError: on the other processes, when the restore raised on one
-        (that process raises its own error: orbax's, when the step does not
-        fit `abstract_state`).
+        manifest (on any process), or its restore raised here: the message
+        says whether the step was deleted meanwhile (a run still training
+        drops steps past its max_to_keep) and else names orbax's error (an
+        intact step that does not fit `abstract_state`, say).
+      RestoreError: on the other processes, when the restore raised on one.
     """
     self.wait()
     self._manager.reload()
@@ -526,23 +534,76 @@ class Checkpointer:
       raise ValueError(f"no checkpoint step {step} in {self.directory}; the "
                        f"steps there are {steps}")
     mine = self._attempt(step, abstract_state, abstract_reference)
-    problem = self._agree(step, mine, fall_back=False)
+    try:
+      problem = self._agree(step, mine, fall_back=False)
+    except Exception as e:  # pylint: disable=broad-except
+      if e is mine.error and mine.kind in ("failed", "failed_verified"):
+        raise CorruptCheckpointError(self._failure(step, mine)) from e
+      raise
     if problem is not None:
       raise CorruptCheckpointError(
-          f"checkpoint step {step} in {self.directory} is corrupt "
-          f"({problem})") from mine.error
+          self._failure(step, mine, problem)) from mine.error
+    self._add_missing_manifest(step, abstract_reference)
     return mine.restored
+
+  def _failure(self, step: int, mine: _Attempt,
+               problem: str | None = None) -> str:
+    """Why `restore` failed: the step was deleted meanwhile (here), is
+    corrupt (`problem`, every process's verdict), or raised here."""
+    where = f"checkpoint step {step} in {self.directory}"
+    if mine.vanished:
+      try:
+        reader = self._read_manager()
+        reader.reload()
+        kept = sorted(s for s in reader.all_steps() if s != step)
+        left = f"; the steps there now are {kept}"
+      except Exception:  # pylint: disable=broad-except
+        left = ""  # the deletion is the news
+      return (f"{where} was deleted while it was being read (by the run's "
+              f"max_to_keep, if it is still training){left} ({mine.message})")
+    if problem is not None:
+      return f"{where} is corrupt ({problem})"
+    hint = ("; its files match their checksums, so the restore target may "
+            "not fit it" if mine.kind == "failed_verified" else "")
+    return f"{where} could not be read ({mine.message}){hint}"
+
+  def _add_missing_manifest(self, step: int, abstract_reference: Any) -> None:
+    """Writes the manifest of a step just restored that has none
+    (process 0; not when read-only).
+
+    A step whose process stopped between its save and its manifest (a
+    crash, a SIGTERM) would otherwise never get one, so never be checked.
+    Its restore vouches for the files it read: a step holding reference
+    params that were not restored gets none. A failure is only logged (the
+    step stays checked by its restores, as before).
+    """
+    step_dir = self.directory / str(step)
+    if (self._read_only or jax.process_index() != 0
+        or (abstract_reference is None and (step_dir / "reference").exists())):
+      return
+    try:
+      if not (step_dir / MANIFEST).exists():
+        write_manifest(step_dir, checksums=self._checksums)
+        logging.info("wrote the missing manifest of checkpoint step %d in %s",
+                     step, self.directory)
+    except OSError as e:
+      logging.warning("could not write the missing manifest of checkpoint "
+                      "step %d in %s: %s", step, self.directory, e)
 
   def _attempt(self, step: int, abstract_state: Any,
                abstract_reference: Any) -> _Attempt:
     """This process's restore of `step`, collective-free: its outcome."""
     step_dir = self.directory / str(step)
+    # A step that fails with one of these gone was deleted meanwhile (by
+    # the max_to_keep of a run still training, when read-only).
+    present = [p for p in (step_dir / item for item in ITEMS) if p.exists()]
+    vanished = lambda: not all(p.exists() for p in present)
     try:
       problem = check_manifest(step_dir)
     except OSError as e:
       problem = f"{type(e).__name__}: {e}"
     if problem is not None:
-      return _Attempt("corrupt", problem)
+      return _Attempt("corrupt", problem, vanished=vanished())
     try:
       host = self._read_manager().restore(step, args=ocp.args.Composite(
           host=ocp.args.JsonRestore())).host
@@ -557,7 +618,8 @@ class Checkpointer:
       # caller's (an abstract state of another structure, say). Sizes alone
       # do not tell, so such a step falls back like one without a manifest.
       kind = "failed_verified" if _checksummed(step_dir) else "failed"
-      return _Attempt(kind, f"{type(e).__name__}: {e}", error=e)
+      return _Attempt(kind, f"{type(e).__name__}: {e}", error=e,
+                      vanished=vanished())
     return _Attempt("ok", restored=restored)
 
   def _agree(self, step: int, mine: _Attempt, *, fall_back: bool

@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import collections
 import csv
+import dataclasses
 import inspect
 import io
 import json
@@ -281,6 +282,9 @@ def evaluate_run(workdir: epath.PathLike, *,
   workdir = epath.Path(os.path.abspath(os.fspath(workdir)))
   step = pick_step(checkpoint_steps(workdir), step)
   config, tokenizer = load_policy(workdir, policy_fn, seed=run_seed)
+  # Evaluation never analyzes: the policy's own analyzer needs no teacher
+  # (an "external" run's) and no rules, and changes nothing scored here.
+  rl = dataclasses.replace(rl, analyzer="self")
   rl_trainer = trainer_lib.RLTrainer(config, tokenizer, rl, env_name=env_name,
                                      tx=tx, mesh=mesh, env_kwargs=env_kwargs)
   params = restore_params(workdir, rl_trainer, step)
@@ -502,10 +506,11 @@ def main(argv=None) -> dict[str, Any]:
         run_seed=run["seed"], mesh=mesh, step=step, num_tasks=args.num_tasks,
         temperature=args.temperature, max_steps=args.max_steps,
         history_length=args.history_length, seed=args.seed)
-  except (checkpoints.CorruptCheckpointError, FileNotFoundError,
-          ValueError) as e:
+  except (checkpoints.CorruptCheckpointError, checkpoints.RestoreError,
+          FileNotFoundError, ValueError) as e:
     # ModelMismatchError is a ValueError; so is a step a still-running
-    # training deleted (max_to_keep) after it was picked.
+    # training deleted (max_to_keep) after it was picked, and one it deletes
+    # while it is read is a CorruptCheckpointError saying so.
     raise SystemExit(f"error: {e}") from None
   table = rows(report["metrics"])
   # The table first: it stays on screen if a write fails after all.

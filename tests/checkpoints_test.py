@@ -373,3 +373,104 @@ def test_another_processs_mismatch_wins_over_a_failure_here(tmp_path,
     with pytest.raises(checkpoints.ModelMismatchError,
                        match="another model"):
       ckpt._agree(3, mine, fall_back=True)  # pylint: disable=protected-access
+
+
+def _flip(path):
+  with open(path, "r+b") as f:
+    f.seek(os.path.getsize(path) // 2)
+    byte = f.read(1)
+    f.seek(-1, os.SEEK_CUR)
+    f.write(bytes([byte[0] ^ 0xFF]))
+
+
+def test_a_step_without_manifest_gets_one_once_it_restores(saved, tmp_path):
+  # What a run killed between a save and its manifest leaves (the save is
+  # complete, the manifest was to be written at the next save or close).
+  workdir = _copy(saved, tmp_path)
+  step_dir = workdir / "checkpoints" / "3"
+  manifest = step_dir / checkpoints.MANIFEST
+  os.remove(manifest)
+  abstract_state, abstract_ref = _abstract(_mesh())
+  # A read-only Checkpointer (evaluating a run still training) writes none.
+  with checkpoints.Checkpointer(workdir, model_config=CONFIG,
+                                read_only=True) as ckpt:
+    assert ckpt.restore(3, abstract_state).step == 3
+  assert not manifest.exists()
+  # The restart's resume does, with checksums.
+  with checkpoints.Checkpointer(workdir, model_config=CONFIG) as ckpt:
+    assert ckpt.restore_latest(abstract_state, abstract_ref).step == 3
+  assert checkpoints.check_manifest(step_dir) is None
+  assert all(crc is not None for _, crc in
+             json.loads(manifest.read_text()).values())
+  # From then on a flipped byte is caught by the check: the next resume
+  # skips the step.
+  _flip(_largest_file(step_dir))
+  with checkpoints.Checkpointer(workdir, model_config=CONFIG) as ckpt:
+    with pytest.warns(checkpoints.CorruptCheckpointWarning,
+                      match="step 3 .*does not match its checksum"):
+      assert ckpt.restore_latest(abstract_state, abstract_ref).step == 2
+
+
+def test_a_missing_manifest_covers_only_what_the_restore_read(saved,
+                                                              tmp_path):
+  workdir = _copy(saved, tmp_path)
+  step_dir = workdir / "checkpoints" / "2"  # saved with reference params
+  manifest = step_dir / checkpoints.MANIFEST
+  os.remove(manifest)
+  abstract_state, abstract_ref = _abstract(_mesh())
+  with checkpoints.Checkpointer(workdir, model_config=CONFIG) as ckpt:
+    assert ckpt.restore(2, abstract_state).step == 2
+    assert not manifest.exists()  # the reference was not read
+    assert ckpt.restore(2, abstract_state, abstract_ref).step == 2
+  assert checkpoints.check_manifest(step_dir) is None
+  assert any(name.startswith("reference/")
+             for name in json.loads(manifest.read_text()))
+
+
+@pytest.mark.parametrize("deleted,when", [
+    ("state", "after the check"), ("the whole step", "after the check"),
+    ("state", "before the check")])
+def test_a_step_deleted_while_it_is_read_is_named(saved, tmp_path,
+                                                  monkeypatch, deleted, when):
+  # `evaluate --step=2` on a run still training, whose max_to_keep deletes
+  # step 2 once its restore started: after its files were checked, the
+  # restore fails; before, the check does.
+  workdir = _copy(saved, tmp_path)
+  step_dir = workdir / "checkpoints" / "2"
+  real = checkpoints.check_manifest
+
+  def then_deleted(path):
+    problem = real(path) if when == "after the check" else None
+    shutil.rmtree(step_dir / "state" if deleted == "state" else step_dir)
+    return problem if when == "after the check" else real(path)
+
+  monkeypatch.setattr(checkpoints, "check_manifest", then_deleted)
+  with checkpoints.Checkpointer(workdir, model_config=CONFIG,
+                                read_only=True) as ckpt:
+    with pytest.raises(checkpoints.CorruptCheckpointError,
+                       match=r"step 2 in .*checkpoints was deleted while it "
+                       r"was being read \(by the run's max_to_keep.*the "
+                       r"steps there now are \[3\]"):
+      ckpt.restore(2, _abstract(_mesh())[0])
+
+
+def test_a_given_step_that_fails_to_restore_is_named(saved, tmp_path):
+  workdir = _copy(saved, tmp_path)
+  step_dir = workdir / "checkpoints" / "3"
+  os.truncate(step_dir / "state" / "_METADATA", 10)
+  os.remove(step_dir / checkpoints.MANIFEST)  # so only the restore tells
+  abstract_state = _abstract(_mesh())[0]
+  with checkpoints.Checkpointer(workdir, model_config=CONFIG,
+                                read_only=True) as ckpt:
+    with pytest.raises(checkpoints.CorruptCheckpointError,
+                       match=r"step 3 in .*checkpoints could not be read "
+                       r"\(\w+: ") as e:
+      ckpt.restore(3, abstract_state)
+    assert e.value.__cause__ is not None  # orbax's error, kept
+    # An intact step (its checksums match) into the wrong target.
+    with pytest.raises(checkpoints.CorruptCheckpointError,
+                       match=r"(?s)step 2 .* could not be read \(ValueError: .*"
+                       "tree structures do not match.*the restore target "
+                       "may not fit it"):
+      ckpt.restore(2, abstract_state.params)
+  assert sorted(os.listdir(workdir / "checkpoints")) == ["2", "3"]

@@ -343,3 +343,44 @@ def test_per_task_outcomes_follow_the_task_order(monkeypatch):
   assert per_task == [1, 0, 0, 1, 0, 0, 1]
   assert out["success"] == pytest.approx(3 / 7)
   assert out["tasks/heat"] + out["tasks/cool"] == 7
+
+
+def test_a_run_with_an_external_analyzer_evaluates(tiny_run, tmp_path):
+  """Evaluation never analyzes: a run whose analyses a teacher wrote needs
+  no teacher to be scored, and scores as the run did."""
+  workdir = str(tmp_path / "run")
+  shutil.copytree(tiny_run, workdir)
+  with open(os.path.join(workdir, "config.gin"), "a") as f:
+    f.write("trainer.RLConfig.analyzer = 'external'\n")
+  assert evaluate.run_settings(workdir)["rl"].analyzer == "external"
+  report = evaluate.main(["--workdir", workdir, "--num_tasks", "2"])
+  assert report["step"] == 2
+  assert report["metrics"] == {k: v for k, v in _history(tiny_run)[2].items()
+                               if k.startswith("eval/")}
+
+
+def test_a_step_deleted_while_it_is_read_is_one_error_line(tiny_run,
+                                                           tmp_path,
+                                                           monkeypatch):
+  """`--step` of a run still training, whose max_to_keep deletes that step
+  while it is read: an error line (which `experiments evaluate` turns into
+  that run being left out), not orbax's traceback."""
+  workdir = str(tmp_path / "run")
+  shutil.copytree(tiny_run, workdir)
+  real = checkpoints.check_manifest
+
+  def then_deleted(step_dir):
+    problem = real(step_dir)
+    shutil.rmtree(os.path.join(step_dir, "state"))
+    return problem
+
+  monkeypatch.setattr(checkpoints, "check_manifest", then_deleted)
+  with pytest.raises(SystemExit) as e:
+    evaluate.main(["--workdir", workdir, "--step", "1", "--num_tasks", "1"])
+  assert isinstance(e.value.code, str)
+  assert re.match(r"error: checkpoint step 1 in .*checkpoints was deleted "
+                  r"while it was being read \(by the run's max_to_keep, if "
+                  r"it is still training\); the steps there now are \[2\]",
+                  e.value.code)
+  assert "\n" not in e.value.code
+  assert not os.path.exists(os.path.join(workdir, "eval"))
