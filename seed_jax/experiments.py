@@ -678,7 +678,8 @@ def parse_flags(argv):
   ev.add_argument("--num_tasks", type=int, default=256,
                   help="tasks per split")
   ev.add_argument("--seed", type=int, default=12345,
-                  help="the evaluation seed (tasks and sampling keys)")
+                  help="seeds the sampling keys (the tasks are always the "
+                  "first --num_tasks of each split)")
   ev.add_argument("--temperature", type=_temperature, default=0.4)
   ev.add_argument("--methods", type=_names, default=None,
                   help="comma-separated (default: every method of OUT)")
