@@ -57,6 +57,24 @@ _REQUIRED_HF_KEYS = ("vocab_size", "hidden_size", "intermediate_size",
                      "num_hidden_layers", "num_attention_heads")
 
 
+def _layer_types(hf: Mapping[str, Any]) -> list[Any]:
+  """Each layer's attention kind, as transformers' Qwen2Config and
+  Qwen3Config derive it: an explicit `layer_types` list wins; otherwise,
+  with `use_sliding_window` and a `sliding_window`, the layers from
+  `max_window_layers` (28 by default) on slide and the ones before do not,
+  so use_sliding_window=true with max_window_layers >= the depth slides
+  nowhere. (LlamaConfig has no sliding window; the same rule refuses a llama
+  config.json that asks for one.)"""
+  if hf.get("layer_types") is not None:
+    return list(hf["layer_types"])
+  window = (hf.get("sliding_window", 4096) if hf.get("use_sliding_window")
+            else None)
+  first = hf.get("max_window_layers")
+  first = 28 if first is None else first
+  return ["sliding_attention" if window is not None and i >= first
+          else "full_attention" for i in range(hf["num_hidden_layers"])]
+
+
 @dataclasses.dataclass(frozen=True)
 class RopeScaling:
   """Llama-3 style frequency scaling of RoPE."""
@@ -131,8 +149,8 @@ class ModelConfig:
         missing size (vocab_size, hidden_size, intermediate_size,
         num_hidden_layers, num_attention_heads), a size that is not a
         positive integer, a token id that is not an integer, or a feature
-        this decoder does not implement (sliding window, mlp bias, other
-        RoPE types).
+        this decoder does not implement (a layer with sliding-window
+        attention, mlp bias, other RoPE types).
     """
     family = hf.get("model_type")
     if family not in FAMILIES:
@@ -149,9 +167,17 @@ class ModelConfig:
     if bad:  # before head_dim is derived from them
       raise ValueError(f"config.json's sizes must be positive integers: "
                        f"{', '.join(bad)}")
-    if hf.get("use_sliding_window"):
+    kinds = _layer_types(hf)
+    sliding = [i for i, t in enumerate(kinds) if t == "sliding_attention"]
+    if sliding:
       raise ValueError("config.json asks for sliding-window attention, "
-                       "which seed_jax does not implement")
+                       "which seed_jax does not implement (layers "
+                       f"{sliding} of {len(kinds)})")
+    other = sorted({str(t) for t in kinds} - {"full_attention",
+                                              "sliding_attention"})
+    if other:
+      raise ValueError(f"config.json's layer_types ask for {other}, which "
+                       "seed_jax does not implement")
     if hf.get("mlp_bias"):
       raise ValueError("config.json asks for mlp_bias, which seed_jax does "
                        "not implement")
@@ -266,8 +292,12 @@ class ModelConfig:
         "max_position_embeddings": self.max_position_embeddings,
         "hidden_act": "silu", "torch_dtype": self.param_dtype,
         "bos_token_id": self.bos_token_id, "pad_token_id": self.pad_token_id,
-        "eos_token_id": (list(self.eos_token_ids) if len(self.eos_token_ids) != 1
-                         else self.eos_token_ids[0]),
+        # None, not [], for no EOS: transformers' generate() takes an empty
+        # list's first id (IndexError).
+        "eos_token_id": (None if not self.eos_token_ids
+                         else self.eos_token_ids[0]
+                         if len(self.eos_token_ids) == 1
+                         else list(self.eos_token_ids)),
     }
     if self.family in ("llama", "qwen3"):  # qwen2's q/k/v bias is implied
       out["attention_bias"] = self.o_bias
@@ -725,3 +755,78 @@ def apply(params: Params, tokens: jax.Array, mask: jax.Array, *,
   hidden, _ = forward(params, tokens, positions_from_mask(mask), mask,
                       config=config)
   return logits(params, hidden, config=config)
+
+
+# ---------------------------------------------------------------------------
+# Token ids from callers, checked on the host.
+
+
+def _readable(x: Any) -> bool:
+  """Whether this process can read x's values: not a tracer (inside a
+  caller's jit), nor an array with shards on other processes."""
+  if isinstance(x, jax.core.Tracer):
+    return False
+  return not isinstance(x, jax.Array) or x.is_fully_addressable
+
+
+def check_token_ids(vocab_size: int, ids: Mapping[str, Any],
+                    masks: Mapping[str, Any] | None = None) -> None:
+  """Raises ValueError for a token id outside [0, vocab_size).
+
+  The embedding lookup takes no check: an id >= vocab_size reads as NaN,
+  which reaches every logit of its row (from a padding position too, through
+  attention's zero weights), and a negative id reads another token's row.
+  Padding positions are checked like the rest. Arrays this process cannot
+  read (tracers, arrays spread over other processes) are let through; the
+  others are read once, together.
+
+  Args:
+    vocab_size: the model's.
+    ids: argument name -> token ids (any shape).
+    masks: argument name -> its mask, read only to say when every bad id
+      sits at a padding position.
+  """
+  arrays = jax.device_get({k: v for k, v in ids.items() if _readable(v)})
+  for name, a in arrays.items():
+    a = np.asarray(a)
+    if not a.size or (a.min() >= 0 and a.max() < vocab_size):
+      continue
+    bad = (a < 0) | (a >= vocab_size)
+    values = [int(v) for v in np.unique(a[bad])]
+    shown = ", ".join(map(str, values[:5]))
+    if len(values) > 5:
+      shown += f" and {len(values) - 5} more"
+    where = ""
+    mask = (masks or {}).get(name)
+    if mask is not None and _readable(mask):
+      mask = np.asarray(jax.device_get(mask)).astype(bool)
+      if mask.shape == a.shape and not (bad & mask).any():
+        where = (" at padding positions (mask 0), which need ids in range "
+                 "too: an id >= vocab_size there makes its row's logits NaN")
+    raise ValueError(
+        f"{name}: token id(s) {shown} outside the model's vocabulary "
+        f"(vocab_size={vocab_size}: ids 0 to {vocab_size - 1}){where}")
+
+
+def host_checked(check):
+  """Decorates a jitted function with `check(*args, **kwargs)`, run on the
+  host before each call (e.g. `check_token_ids` on the caller's arrays).
+
+  The jitted function's `lower`, `trace`, `eval_shape`, `clear_cache` and
+  `_cache_size` are kept, unchecked. Inside a caller's own jit the check sees
+  tracers, which `check_token_ids` lets through.
+  """
+
+  def decorate(jitted):
+
+    @functools.wraps(jitted)
+    def call(*args, **kwargs):
+      check(*args, **kwargs)
+      return jitted(*args, **kwargs)
+
+    for name in ("lower", "trace", "eval_shape", "clear_cache",
+                 "_cache_size"):
+      setattr(call, name, getattr(jitted, name))
+    return call
+
+  return decorate

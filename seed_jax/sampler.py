@@ -154,6 +154,13 @@ def _match_step(table: jax.Array, matched: jax.Array, token: jax.Array
   return jnp.maximum(nxt, 0), jnp.any(nxt < 0, axis=-1)
 
 
+def _check_prompts(params, prompts, mask, rng, *, config, **kwargs):
+  del params, rng, kwargs
+  model_lib.check_token_ids(config.vocab_size, {"prompts": prompts},
+                            {"prompts": mask})
+
+
+@model_lib.host_checked(_check_prompts)
 @functools.partial(
     jax.jit,
     static_argnames=("config", "max_new_tokens", "sampling", "eos_ids",
@@ -197,6 +204,11 @@ def sample(params: model_lib.Params, prompts: jax.Array, mask: jax.Array,
 
   Returns:
     SampleOutput with tokens/logprobs [B, N], lengths and done [B].
+
+  Raises:
+    ValueError: on a prompt token id outside [0, vocab_size), padding
+      included (checked on the host when `prompts` can be read there, not
+      inside a caller's jit), and on the bad sizes below.
   """
   c = config
   B, P = prompts.shape

@@ -59,6 +59,13 @@ def _chunked_logp(params, hidden, targets, *, config, chunk: int,
   return lp, ent
 
 
+def _check_ids(config, **arrays) -> None:
+  """`model_lib.check_token_ids` on name=(ids, mask) pairs."""
+  model_lib.check_token_ids(config.vocab_size,
+                            {k: v[0] for k, v in arrays.items()},
+                            {k: v[1] for k, v in arrays.items()})
+
+
 def score_tokens(params, prompts, prompt_mask, responses, response_mask, *,
                  config: model_lib.ModelConfig, chunk: int = 64,
                  with_entropy: bool = False, remat: bool = False,
@@ -73,7 +80,14 @@ def score_tokens(params, prompts, prompt_mask, responses, response_mask, *,
 
   Returns:
     (logp [B, R], entropy [B, R]) float32; zero where response_mask is 0.
+
+  Raises:
+    ValueError: on a token id outside [0, vocab_size), padding included,
+      when the arrays can be read on the host (not inside a caller's jit);
+      `score` and `score_dual` check the same before their jit.
   """
+  _check_ids(config, prompts=(prompts, prompt_mask),
+             responses=(responses, response_mask))
   P = prompts.shape[1]
   R = responses.shape[1]
   tokens = jnp.concatenate([prompts, responses], axis=1)
@@ -89,6 +103,22 @@ def score_tokens(params, prompts, prompt_mask, responses, response_mask, *,
   return jnp.where(rm, lp, 0.0), jnp.where(rm, ent, 0.0)
 
 
+def _check_single(params, prompts, prompt_mask, responses, response_mask, *,
+                  config, **kwargs):
+  del params, kwargs
+  _check_ids(config, prompts=(prompts, prompt_mask),
+             responses=(responses, response_mask))
+
+
+def _check_dual(params, prompts_a, mask_a, prompts_b, mask_b, responses,
+                response_mask, *, config, **kwargs):
+  del params, kwargs
+  _check_ids(config, prompts_a=(prompts_a, mask_a),
+             prompts_b=(prompts_b, mask_b),
+             responses=(responses, response_mask))
+
+
+@model_lib.host_checked(_check_single)
 @functools.partial(jax.jit, static_argnames=("config", "chunk", "temperature"))
 def score(params, prompts, prompt_mask, responses, response_mask, *,
           config: model_lib.ModelConfig, chunk: int = 64,
@@ -98,6 +128,7 @@ def score(params, prompts, prompt_mask, responses, response_mask, *,
                       config=config, chunk=chunk, temperature=temperature)[0]
 
 
+@model_lib.host_checked(_check_dual)
 @functools.partial(jax.jit, static_argnames=("config", "chunk", "temperature"))
 def score_dual(params, prompts_a, mask_a, prompts_b, mask_b, responses,
                response_mask, *, config: model_lib.ModelConfig,

@@ -525,3 +525,74 @@ def test_a_tied_checkpoint_with_an_equal_or_only_lm_head_stays_tied(tmp_path):
   config, params = hf.load_pretrained(str(tmp_path))
   assert config.tie_embeddings and "lm_head" not in params
   assert _logit_diff(theirs, config, params) <= 1e-4
+
+
+@pytest.mark.parametrize("eos,written", [((), None), ((1,), 1),
+                                         ((1, 3), [1, 3])])
+def test_eos_ids_are_written_as_transformers_reads_them(tmp_path, eos,
+                                                        written):
+  # No EOS was written as "eos_token_id": [], and transformers' generate()
+  # took that empty list's first id (IndexError): it is null now.
+  import torch  # pylint: disable=g-import-not-at-top
+  config = testing.tiny_config("llama", eos_token_ids=eos, pad_token_id=None)
+  hf.save_pretrained(str(tmp_path), config,
+                     model_lib.init_params(config, jax.random.key(0)))
+  value = json.loads((tmp_path / "config.json").read_text())["eos_token_id"]
+  assert value == written and type(value) is type(written)
+  assert hf.load_config(str(tmp_path)) == config
+  out = _transformers_load(tmp_path).generate(
+      torch.tensor([[3, 4, 5]]), max_new_tokens=2, do_sample=False)
+  assert out[0, :3].tolist() == [3, 4, 5]
+
+
+_QWEN2 = {"model_type": "qwen2", "vocab_size": 128, "hidden_size": 8,
+          "intermediate_size": 4, "num_hidden_layers": 2,
+          "num_attention_heads": 2}
+
+
+@pytest.mark.parametrize("fields,refused", [
+    # Layers from max_window_layers (28 when absent) on slide: none of 2.
+    (dict(use_sliding_window=True, sliding_window=4, max_window_layers=2),
+     None),
+    (dict(use_sliding_window=True, sliding_window=4), None),
+    (dict(use_sliding_window=True, sliding_window=None, max_window_layers=0),
+     None),
+    (dict(use_sliding_window=True, max_window_layers=0,
+          layer_types=["full_attention"] * 2), None),  # the list wins
+    (dict(use_sliding_window=True, sliding_window=4, max_window_layers=1),
+     r"sliding-window attention, .*\(layers \[1\] of 2\)"),
+    (dict(use_sliding_window=True, max_window_layers=0),  # window 4096
+     r"sliding-window attention, .*\(layers \[0, 1\] of 2\)"),
+    (dict(layer_types=["sliding_attention", "full_attention"]),
+     r"sliding-window attention, .*\(layers \[0\] of 2\)"),
+    (dict(layer_types=["full_attention", "linear_attention"]),
+     r"layer_types ask for \['linear_attention'\]"),
+])
+def test_sliding_window_is_refused_only_where_a_layer_slides(fields, refused):
+  # Qwen2 and Qwen3 folders may say use_sliding_window=true with no layer
+  # sliding; every such config was refused.
+  import transformers  # pylint: disable=g-import-not-at-top
+  kinds = transformers.Qwen2Config(**{**_QWEN2, **fields}).layer_types
+  assert ("full_attention" in kinds and len(set(kinds)) == 1) == (
+      refused is None)
+  for family in ("qwen2", "qwen3"):
+    hf_cfg = {**_QWEN2, "model_type": family, **fields}
+    if refused is None:
+      assert model_lib.ModelConfig.from_hf(hf_cfg).num_layers == 2
+    else:
+      with pytest.raises(ValueError, match=refused):
+        model_lib.ModelConfig.from_hf(hf_cfg)
+
+
+@pytest.mark.parametrize("family,kw", [("qwen2", {}),
+                                       ("qwen3", dict(head_dim=16))])
+def test_a_sliding_window_no_layer_uses_matches_transformers(tmp_path, family,
+                                                             kw):
+  # A window of 4 over 9 tokens would change the logits if a layer slid.
+  _saved(tmp_path, family, kw)
+  _edit_config(tmp_path, use_sliding_window=True, sliding_window=4,
+               max_window_layers=2, layer_types=None)
+  theirs = _transformers_load(tmp_path)
+  assert theirs.config.layer_types == ["full_attention"] * 2
+  config, params = hf.load_pretrained(str(tmp_path))
+  assert _logit_diff(theirs, config, params) <= 1e-4

@@ -229,6 +229,52 @@ def test_bad_inputs():
                    max_new_tokens=cfg.max_position_embeddings)
 
 
+def test_token_ids_outside_the_vocabulary_are_named():
+  # The embedding lookup reads an id >= vocab_size as NaN (a padding
+  # position's reaches its whole row) and a negative one as another token:
+  # NaN or wrong log-probs, silently.
+  cfg, params = _plus_one_model()
+  b = sampler.pad_left([[5, 6, 7], [10]], buckets=(4,))
+  kw = dict(config=cfg, max_new_tokens=3)
+  out = sampler.sample(params, b.tokens, b.mask, jax.random.key(0), **kw)
+  np.testing.assert_array_equal(out.tokens, [[8, 9, 10], [11, 12, 13]])
+  traced = jax.jit(lambda t, m: sampler.sample(  # tracers: not checked
+      params, t, m, jax.random.key(0), **kw).tokens)(b.tokens, b.mask)
+  np.testing.assert_array_equal(traced, out.tokens)
+  resp = np.array([[8, 9, 0], [11, 12, 13]], np.int32)
+  rmask = np.array([[1, 1, 0], [1, 1, 1]], np.int32)
+  lp = scorer.score(params, b.tokens, b.mask, resp, rmask, config=cfg)
+  la, lb = scorer.score_dual(params, b.tokens, b.mask, b.tokens, b.mask,
+                             resp, rmask, config=cfg)
+  assert np.isfinite(lp).all() and np.isfinite(la).all()
+  np.testing.assert_allclose(la, lp, atol=1e-5)
+  np.testing.assert_allclose(lb, lp, atol=1e-5)
+  for bad in (V, -1):
+    said = (rf"token id\(s\) {bad} outside the model's vocabulary "
+            rf"\(vocab_size={V}")
+    toks = b.tokens.copy()
+    toks[1, 3] = bad
+    for arr in (toks, jnp.asarray(toks)):
+      with pytest.raises(ValueError, match="prompts: " + said):
+        sampler.sample(params, arr, b.mask, jax.random.key(0), **kw)
+    with pytest.raises(ValueError, match="prompts: " + said):
+      scorer.score(params, toks, b.mask, resp, rmask, config=cfg)
+    with pytest.raises(ValueError, match="prompts_b: " + said):
+      scorer.score_dual(params, b.tokens, b.mask, toks, b.mask, resp, rmask,
+                        config=cfg)
+    r = resp.copy()
+    r[0, 1] = bad
+    with pytest.raises(ValueError, match="responses: " + said):
+      scorer.score(params, b.tokens, b.mask, r, rmask, config=cfg)
+    with pytest.raises(ValueError, match="responses: " + said):
+      scorer.score_dual(params, b.tokens, b.mask, b.tokens, b.mask, r, rmask,
+                        config=cfg)
+  toks = b.tokens.copy()
+  toks[1, 0] = V + 5  # padding (mask 0)
+  with pytest.raises(ValueError, match=rf"{V + 5} .* at padding positions"):
+    sampler.sample(params, toks, b.mask, jax.random.key(0), **kw)
+
+
 class _TextVocab:
   """A tokenizer stand-in: token i's text is TEXTS[i]."""
 
