@@ -63,8 +63,8 @@ def _layer_types(hf: Mapping[str, Any]) -> list[Any]:
   with `use_sliding_window` and a `sliding_window`, the layers from
   `max_window_layers` (28 by default) on slide and the ones before do not,
   so use_sliding_window=true with max_window_layers >= the depth slides
-  nowhere. (LlamaConfig has no sliding window; the same rule refuses a llama
-  config.json that asks for one.)"""
+  nowhere. (LlamaConfig reads none of these fields: a llama config.json's
+  are ignored, as transformers ignores them.)"""
   if hf.get("layer_types") is not None:
     return list(hf["layer_types"])
   window = (hf.get("sliding_window", 4096) if hf.get("use_sliding_window")
@@ -167,7 +167,7 @@ class ModelConfig:
     if bad:  # before head_dim is derived from them
       raise ValueError(f"config.json's sizes must be positive integers: "
                        f"{', '.join(bad)}")
-    kinds = _layer_types(hf)
+    kinds = _layer_types(hf) if family in ("qwen2", "qwen3") else []
     sliding = [i for i, t in enumerate(kinds) if t == "sliding_attention"]
     if sliding:
       raise ValueError("config.json asks for sliding-window attention, "

@@ -167,7 +167,11 @@ RUN_RECORD = "sweep_run.json"
 
 
 def record_run(root: str, i: int, bindings: Mapping[str, Any]) -> None:
-  """Writes run i's bindings to `root/i/sweep_run.json` (see `check_runs`)."""
+  """Writes run i's bindings to `root/i/sweep_run.json` (see `check_runs`);
+  process 0 only."""
+  from seed_jax import distributed  # pylint: disable=g-import-not-at-top
+  if not distributed.is_writer():
+    return
   atomic.write_text(os.path.join(root, str(i), RUN_RECORD),
                     json.dumps({"run": i, "bindings": gin_args(bindings)},
                                indent=1) + "\n")
@@ -261,7 +265,12 @@ def summarize(runs: Sequence[Mapping[str, Any]], root: str, *,
   "update k/N" for a run whose last logged update k is short of its
   `num_updates[i]` (still running, or stopped); without `num_updates` every
   run with metrics counts as done.
+
+  Raises:
+    ValueError: a folder that other bindings trained in (`check_runs`), or
+      a damaged metrics line.
   """
+  check_runs(runs, root)
   keys = list(dict.fromkeys(k for b in runs for k in b))
   header = ["run", *(k.rsplit(".", 1)[-1] for k in keys), "status",
             *metrics]

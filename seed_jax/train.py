@@ -226,6 +226,9 @@ def train(workdir: str, *,
             "updates, or start in another workdir")
       logging.info("resumed from update %d in %s", start, workdir)
       print(f"resumed from update {start}", flush=True)
+    # Its params are now copied into the state and the reference, or not
+    # needed (restored): not a third copy held on the devices for the run.
+    del policy
     one_checkpoint = (checkpoints.tree_bytes(abstract_state)
                       + checkpoints.tree_bytes(abstract_params))
     kept = num_updates // keep_every if keep_every else 0

@@ -582,6 +582,24 @@ def test_sliding_window_is_refused_only_where_a_layer_slides(fields, refused):
     else:
       with pytest.raises(ValueError, match=refused):
         model_lib.ModelConfig.from_hf(hf_cfg)
+  # A llama config.json's are ignored, at any depth (as transformers does:
+  # test_a_llama_config_ignores_sliding_window_fields_as_transformers_does).
+  for layers in (2, 32):
+    hf_cfg = {**_QWEN2, "model_type": "llama", "num_hidden_layers": layers,
+              **{k: v for k, v in fields.items() if k != "layer_types"}}
+    assert model_lib.ModelConfig.from_hf(hf_cfg).num_layers == layers
+
+
+def test_a_llama_config_ignores_sliding_window_fields_as_transformers_does(
+    tmp_path):
+  # Every layer would slide under the Qwen rule, with a window of 4 over 9
+  # tokens; LlamaForCausalLM attends to every earlier token all the same.
+  _saved(tmp_path, "llama", {})
+  _edit_config(tmp_path, use_sliding_window=True, sliding_window=4,
+               max_window_layers=0)
+  theirs = _transformers_load(tmp_path)
+  config, params = hf.load_pretrained(str(tmp_path))
+  assert _logit_diff(theirs, config, params) <= 1e-4
 
 
 @pytest.mark.parametrize("family,kw", [("qwen2", {}),

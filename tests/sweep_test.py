@@ -373,6 +373,9 @@ def test_a_sweep_changed_since_its_folders_trained_is_refused(
     sweep.run_local(runs, gin_files=[TINY], root=str(root), only=[1])
   assert sweep.run_local(runs, gin_files=[TINY], root=str(root),
                          only=[0]) == []
+  # summarize (the notebook's table) checks every folder too.
+  with pytest.raises(ValueError, match="s/1 was trained with"):
+    sweep.summarize(runs, str(root))
   # A damaged record is named.
   (root / "0" / sweep.RUN_RECORD).write_text("{")
   with pytest.raises(ValueError, match=r"s/0/sweep_run.json: not a sweep run"):
