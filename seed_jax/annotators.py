@@ -184,24 +184,20 @@ def _household_failure(ep: Episode, gt: dict[str, Any], taken: list[str],
             f"You saw the {t} in {where} but never took it; take the {t} as "
             "soon as you see it." + note)
   if fam in _PAST:
-    appliance = gt["appliance"]
-    done = [u for u in gt["used"] if u == f"{fam} {appliance}"]
-    wrong = [u for u in gt["used"] if u.split(" ", 1)[0] in _PAST
-             and u != f"{fam} {appliance}"]
-    if wrong and not done:
-      other = _kind(wrong[0].split(" ", 1)[1])
-      return (f"the {t} was taken to the wrong appliance.",
-              f"A {fam} task needs {appliance}, not the {other}; {fam} the "
-              f"{t} with {appliance} before placing it." + note)
-    if not done:
-      return (f"the {t} was never {_PAST[fam]}.",
-              f"You took the {t} but never {_PAST[fam]} it; go to "
-              f"{appliance} and {fam} it there before placing it." + note)
+    found = _processing_failure(gt, note)
+    if found:
+      return found
   if fam == "look_at_in_light":
     return ("the object was never examined under the lamp.",
             f"The desklamp 1 is on {gt['lamp_location']}; carry the {t} there "
             "and use the desklamp 1 while holding it." + note)
   placed = [r for o, r in gt["moved"] if _kind(o) == t and _kind(r) == target]
+  apart = _placed_apart(gt)
+  if fam == "pick_two" and len(apart) > 1:
+    (a, ra), (b, rb) = apart[:2]
+    return (f"the two {t}s went to different {target}s.",
+            f"You put {a} in {ra} and {b} in {rb}; both {t}s must end in "
+            f"the same {target}, so carry the second to the first." + note)
   if fam == "pick_two" and placed:
     others = sorted(r for o, r in gt["start_locations"].items()
                     if o not in taken)
@@ -213,6 +209,57 @@ def _household_failure(ep: Episode, gt: dict[str, Any], taken: list[str],
           f"You had the {t} but never moved it to a {target}; go to "
           f"{gt['target_receptacles'][0]} (open it if closed) and move the "
           f"{t} there." + note)
+
+
+def _processing_failure(gt: dict[str, Any],
+                        note: str) -> tuple[str, str] | None:
+  """The missed processing step of a clean/heat/cool task, or None when an
+  object of the goal type was processed as the task asks (`processed`
+  names the object, so processing another object does not count).
+
+  Returns:
+    (rest of the summary, skill), or None.
+  """
+  fam, t, target = gt["family"], gt["object_type"], gt["target_type"]
+  appliance = gt["appliance"]
+  goal = [(verb, obj, r) for verb, obj, r in gt["processed"]
+          if _kind(obj) == t]
+  done = {obj for verb, obj, _ in goal if verb == fam}
+  if not done:
+    wrong = [r for verb, _, r in goal if verb != fam]
+    if wrong:
+      other = _kind(wrong[0])
+      return (f"the {t} was taken to the wrong appliance.",
+              f"A {fam} task needs {appliance}, not the {other}; {fam} the "
+              f"{t} with {appliance} before placing it." + note)
+    others = [obj for verb, obj, _ in gt["processed"] if verb == fam]
+    instead = f" (you {_PAST[fam]} the {others[0]} instead)" if others else ""
+    return (f"the {t} was never {_PAST[fam]}.",
+            f"You took the {t} but never {_PAST[fam]} it{instead}; go to "
+            f"{appliance} and {fam} it there before placing it." + note)
+  placed = [(o, r) for o, r in gt["moved"]
+            if _kind(o) == t and _kind(r) == target and o not in done]
+  if placed:
+    (obj, r), good = placed[-1], sorted(done)[0]
+    return (f"the {t} placed in the {target} was never {_PAST[fam]}.",
+            f"You {_PAST[fam]} {good} but put {obj}, never {_PAST[fam]}, in "
+            f"{r}; place the very {t} you {_PAST[fam]}." + note)
+  return None
+
+
+def _placed_apart(gt: dict[str, Any]) -> list[tuple[str, str]]:
+  """Goal objects left in target receptacles (object, receptacle), one per
+  receptacle, when no receptacle holds two; [] otherwise."""
+  t, target = gt["object_type"], gt["target_type"]
+  final = {o: r for o, r in gt["moved"]}  # an object's last move
+  final.pop(gt.get("holding"), None)  # taken out again
+  at: dict[str, list[str]] = {}
+  for o, r in final.items():
+    if _kind(o) == t and _kind(r) == target:
+      at.setdefault(r, []).append(o)
+  if any(len(objs) > 1 for objs in at.values()):
+    return []
+  return [(objs[0], r) for r, objs in at.items()]
 
 
 # -- sokoban -----------------------------------------------------------------------
@@ -245,6 +292,15 @@ def _sokoban(ep: Episode, gt: dict[str, Any]) -> tuple[str, str]:
     return (f"Failure after {head}: the level was not solved.",
             "Walk behind the box on the side opposite its target and push it "
             f"straight there. {plan}")
+  if k is not None and gt["deadlock_kind"] == "on_target":
+    r, c = gt["box"]
+    act = gt["first_unsolvable_action"]
+    return (f"Failure after {head}: step {k + 1} ({act}) made the level "
+            "unsolvable.",
+            f"Step {k + 1} ({act}) pushed a box onto the target at row "
+            f"{r + 1}, column {c + 1}, where it blocks the other boxes, and "
+            "the level became unsolvable. Fill the targets in an order that "
+            "keeps the way to the others open.")
   if k is not None:
     kind = gt["deadlock_kind"]
     r, c = gt["box"]
@@ -260,7 +316,7 @@ def _sokoban(ep: Episode, gt: dict[str, Any]) -> tuple[str, str]:
             f"Step {k + 1} ({gt['first_unsolvable_action']}) pushed the box "
             f"{spot} at row {r + 1}, column {c + 1}, off any target, and the "
             f"level became unsolvable. {rule}")
-  if 3 * _invalid_count(ep) >= max(n, 1):
+  if 2 * _invalid_count(ep) > max(n, 1):
     return (f"Failure after {head}: most replies had no valid action.",
             "Answer with exactly one of up, down, left, right inside <action> "
             f"</action>; this level needs only {best} moves.")

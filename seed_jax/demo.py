@@ -52,7 +52,12 @@ from seed_jax.episodes import Episode
 # and reflection (`sokoban.held_out`), which changes the training levels of
 # the Sokoban demonstrations (household warm starts are unchanged, but share
 # this number).
-VERSION = 4
+# 5: a repeat slip in the household demonstrations repeats the whole reply,
+# its reasoning included (it was rewritten for the world after the step);
+# the annotator counts only the goal object as processed and tells goal
+# objects left in different targets (pick_two) and Sokoban pushes onto a
+# target that jam the level.
+VERSION = 5
 
 
 ENVS = (demos.ENV, sokoban_demos.ENV)  # the games with demonstrations

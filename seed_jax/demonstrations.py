@@ -83,25 +83,24 @@ def _scripted(pool: envs_base.EnvPool, make_expert: Callable[[int, Any], Any],
               hint: bool = False) -> rollout_lib.GenerateFn:
   """A GenerateFn whose replies come from one expert per pool member.
 
-  With probability `repeat` a member repeats its previous action instead
-  (usually invalid: "go to" where it stands, "open" what is open), the slip
-  a small policy makes; the expert acts on from wherever that leaves it.
+  With probability `repeat` a member repeats its previous reply instead
+  (action and reasoning; usually invalid: "go to" where it stands, "open"
+  what is open), the slip a small policy makes; the expert acts on from
+  wherever that leaves it.
   `rollout` asks for the members in `pool.active()` order; the experts are
   built lazily, after the pool's reset. `hint`: see `reply`.
   """
   experts: dict[int, Any] = {}
-  last: dict[int, str] = {}
+  last: dict[int, str] = {}  # member -> its previous reply
   rng = random.Random(seed)
 
   def respond(i: int) -> str:
     if i not in experts:
       experts[i] = make_expert(i, pool.members[i])
     if i in last and rng.random() < repeat:
-      action = last[i]
-    else:
-      action = experts[i].act()
-    last[i] = action
-    return reply(pool.members[i].world, action, hint=hint)
+      return last[i]  # the world moved on; the reasoning did not
+    last[i] = reply(pool.members[i].world, experts[i].act(), hint=hint)
+    return last[i]
 
   return scripted_generate(pool, respond)
 

@@ -11,9 +11,13 @@ from seed_jax.episodes import Episode
 from seed_jax.episodes import Step
 
 
-def _episode(env, seed, actions, *, reset=True):
-  """Plays `actions` (until done) and records the episode."""
-  obs = env.reset(seed)[0] if reset else env.render_text()
+def _episode(env, seed, actions, *, reset=True, obs=None):
+  """Plays `actions` (until done) and records the episode; without `reset`,
+  from the env's state, whose observation is `obs` (default: the grid)."""
+  if reset:
+    obs = env.reset(seed)[0]
+  elif obs is None:
+    obs = env.render_text()
   ep = Episode(env_name=env.name, task=env.task, family=env.family, seed=seed)
   for action in actions:
     new_obs, reward, done, info = env.step(action)
@@ -289,3 +293,112 @@ def test_gym_sokoban_has_the_sokobans_ground_truth(seed, moves, summary):
   out = annotators.annotate(got)
   assert out == annotators.annotate(want)
   assert out["episode_summary"].startswith(summary)
+
+
+def _kitchen(**overrides):
+  """A small hand-built kitchen: mug 1 in the closed cabinet 1, an apple 1
+  and a mug 2 on countertop 1."""
+  spec = dict(
+      seed=0, room="kitchen", layout="test", family="clean", obj_type="mug",
+      target_type="coffeemachine",
+      receptacles=["cabinet 1", "coffeemachine 1", "countertop 1",
+                   "countertop 2", "sinkbasin 1"],
+      contents={"cabinet 1": ["mug 1"], "coffeemachine 1": [],
+                "countertop 1": ["apple 1", "mug 2"], "countertop 2": [],
+                "sinkbasin 1": []},
+      closed={"cabinet 1"})
+  spec.update(overrides)
+  return hw.World(**spec)
+
+
+def _played(world, actions):
+  """The episode of `actions` played from `world` (cut after the last)."""
+  env = household.HouseholdEnv(max_steps=len(actions))
+  obs, _ = env.reset_to(world)
+  return _episode(env, 0, actions, reset=False, obs=obs)
+
+
+def test_cleaning_another_object_is_not_cleaning_the_goal():
+  """Cleaning the apple and placing the dirty mug: the mug was never
+  cleaned (it did reach the target)."""
+  ep = _played(_kitchen(), [
+      "go to countertop 1", "take apple 1 from countertop 1",
+      "go to sinkbasin 1", "clean apple 1 with sinkbasin 1",
+      "move apple 1 to sinkbasin 1", "go to countertop 1",
+      "take mug 2 from countertop 1", "go to coffeemachine 1",
+      "move mug 2 to coffeemachine 1"])
+  assert not ep.success
+  out = annotators.annotate(ep)
+  assert out["episode_summary"].endswith("the mug was never cleaned.")
+  assert out["episode_skill"].startswith(
+      "You took the mug but never cleaned it (you cleaned the apple 1 "
+      "instead); go to sinkbasin 1")
+  assert ep.ground_truth["used"] == ["clean sinkbasin 1"]  # as before
+  assert ep.ground_truth["processed"] == [["clean", "apple 1", "sinkbasin 1"]]
+
+
+def test_cleaning_one_mug_and_placing_another():
+  ep = _played(_kitchen(), [
+      "go to countertop 1", "take mug 2 from countertop 1",
+      "go to sinkbasin 1", "clean mug 2 with sinkbasin 1",
+      "move mug 2 to sinkbasin 1", "go to cabinet 1", "open cabinet 1",
+      "take mug 1 from cabinet 1", "go to coffeemachine 1",
+      "move mug 1 to coffeemachine 1"])
+  assert not ep.success
+  out = annotators.annotate(ep)
+  assert out["episode_summary"].endswith(
+      "the mug placed in the coffeemachine was never cleaned.")
+  assert out["episode_skill"].startswith(
+      "You cleaned mug 2 but put mug 1, never cleaned, in coffeemachine 1;")
+
+
+def test_pick_two_in_two_different_targets():
+  ep = _played(_kitchen(family="pick_two", target_type="countertop",
+                        contents={"cabinet 1": ["mug 1"],
+                                  "coffeemachine 1": [],
+                                  "countertop 1": [], "countertop 2": [],
+                                  "sinkbasin 1": ["mug 2"]}), [
+      "go to sinkbasin 1", "take mug 2 from sinkbasin 1",
+      "go to countertop 1", "move mug 2 to countertop 1", "go to cabinet 1",
+      "open cabinet 1", "take mug 1 from cabinet 1", "go to countertop 2",
+      "move mug 1 to countertop 2"])
+  assert not ep.success
+  out = annotators.annotate(ep)
+  assert out["episode_summary"].endswith(
+      "the two mugs went to different countertops.")
+  assert out["episode_skill"].startswith(
+      "You put mug 2 in countertop 1 and mug 1 in countertop 2; both mugs "
+      "must end in the same countertop")
+
+
+# Two boxes; pushing the left one onto its target (row 3, column 2) jams it
+# in a corner where it blocks the way of the other box to the other target.
+JAMMING_PUSH = "#######\n#_____#\n#OXP_##\n##X__##\n##_O_##\n##____#\n#######"
+
+
+def test_sokoban_fatal_push_onto_a_target():
+  env = envs.make("sokoban", max_steps=2)
+  env.load_text(JAMMING_PUSH)
+  ep = _episode(env, 0, ["left", "right"], reset=False)
+  assert ep.ground_truth["deadlock_kind"] == "on_target"
+  out = annotators.annotate(ep)
+  assert out["episode_summary"].endswith(
+      "step 1 (left) made the level unsolvable.")
+  assert out["episode_skill"].startswith(
+      "Step 1 (left) pushed a box onto the target at row 3, column 2, where "
+      "it blocks the other boxes")
+  assert "off any target" not in out["episode_skill"]
+
+
+def test_sokoban_most_replies_invalid_means_more_than_half():
+  level = "#######\n#P_X_O#\n#_____#\n#######"
+  env = envs.make("sokoban", max_steps=6)
+  env.load_text(level)  # a third invalid: not "most"
+  ep = _episode(env, 0, ["jump", "down", "up", "jump", "down", "up"],
+                reset=False)
+  assert "stayed solvable" in annotators.annotate(ep)["episode_summary"]
+  env = envs.make("sokoban", max_steps=5)
+  env.load_text(level)  # three of five
+  ep = _episode(env, 0, ["jump", "down", "jump", "up", "jump"], reset=False)
+  assert annotators.annotate(ep)["episode_summary"].endswith(
+      "most replies had no valid action.")

@@ -172,6 +172,16 @@ def test_env_raising_mid_episode_ends_only_that_episode(caplog):
   assert pool.won == [True, False, True]
 
 
+@pytest.mark.parametrize("name,kwargs", [
+    ("household", dict(max_steps=0)), ("sokoban", dict(max_steps=1)),
+    ("sokoban", dict(num_boxes=0)), ("sokoban", dict(dim=(2, 2)))])
+def test_a_pool_of_unplayable_settings_is_refused_when_built(name, kwargs):
+  # Every member used to fail at reset, each failure only logged.
+  (arg,) = kwargs
+  with pytest.raises(ValueError, match=arg):
+    envs.EnvPool(name, num_groups=1, group_size=2, **kwargs)
+
+
 @pytest.mark.parametrize("name,penalty", [("household", 0.0),
                                           ("sokoban", -0.1)])
 def test_invalid_action_is_an_invalid_step(name, penalty):

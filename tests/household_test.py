@@ -91,6 +91,9 @@ def test_wording_of_a_clean_task():
   assert truth["opened"] == ["cabinet 1"] and truth["taken"] == ["mug 1"]
   assert truth["used"] == ["cool fridge 1", "heat microwave 1",
                            "clean sinkbasin 1"]
+  assert truth["processed"] == [["cool", "mug 1", "fridge 1"],
+                                ["heat", "mug 1", "microwave 1"],
+                                ["clean", "mug 1", "sinkbasin 1"]]
   assert truth["moved"] == [["mug 1", "coffeemachine 1"]]
 
 
@@ -130,6 +133,60 @@ def test_max_steps_ends_the_episode():
   assert dones == [False, False, False, True]
   obs, reward, done, info = env.step("look")
   assert done and reward == 0.0 and not info["action_valid"]
+
+
+@pytest.mark.parametrize("max_steps", [0, -5])
+def test_max_steps_below_one_is_refused_when_built(max_steps):
+  with pytest.raises(ValueError, match=f"max_steps .* got {max_steps}"):
+    household.HouseholdEnv(max_steps=max_steps)
+  household.HouseholdEnv(max_steps=1)
+
+
+def test_an_unknown_family_is_refused_by_generate():
+  with pytest.raises(ValueError, match=r"unknown family 'cook'.*'pick'"):
+    hw.generate(0, families=("pick", "cook"))
+
+
+def test_a_world_can_be_replayed():
+  """reset_to plays a copy: the caller's world is left as it was, so the
+  same world starts the same episode again, and a fair expert serving the
+  env treats the replay as a new episode."""
+  world = _world(family="pick")
+  env = household.HouseholdEnv()
+  expert = household.ExpertPlanner(env, peek=False)
+  runs = []
+  for _ in range(2):
+    first_obs, _ = env.reset_to(world)
+    actions, done = [], False
+    while not done:
+      actions.append(expert.act())
+      *_, done, info = env.step(actions[-1])
+    runs.append((first_obs, actions, info["won"]))
+  assert runs[0] == runs[1] and runs[0][2]
+  assert world == _world(family="pick")  # untouched
+
+
+def test_a_repeated_demonstration_reply_keeps_its_reasoning():
+  """A repeat slip (`demonstrations._scripted`) repeats the whole reply:
+  its <think> is the step's it repeats, not one written for the world
+  after that step (here "Find a ..." before taking it, not "Heat ...")."""
+  from seed_jax import demonstrations  # pylint: disable=g-import-not-at-top
+  import jax  # pylint: disable=g-import-not-at-top
+  pool = envs.EnvPool("household", num_groups=1, group_size=1,
+                      families=("heat",))
+  pool.reset([0])
+  env = pool.members[0]
+  plan = household.expert_actions(env)
+  take = next(i for i, a in enumerate(plan) if a.startswith("take "))
+  _play(env, plan[:take])  # up to the take
+  generate = demonstrations._scripted(
+      pool, lambda i, e: household.ExpertPlanner(e), repeat=1.0)
+  first = generate([""], jax.random.key(0))[0].text
+  assert first.endswith(f"</think><action>{plan[take]}</action>")
+  assert ". Find a " in first
+  pool.step([plan[take]])
+  again = generate([""], jax.random.key(0))[0].text
+  assert again == first
 
 
 def test_task_wording_per_family():

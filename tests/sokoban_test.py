@@ -312,9 +312,37 @@ def test_load_text_refuses_levels_it_cannot_play():
   with pytest.raises(ValueError, match="no solution"):
     # The box is in a corner off its target.
     env.load_text("######\n#X__O#\n#P___#\n######")
+  with pytest.raises(ValueError, match="already solved"):
+    # Any step would pay the win.
+    env.load_text("#####\n#P_√#\n#####")
   # A refused level leaves the one loaded before.
   assert env.render_text() == "#####\n#PXO#\n#####"
   assert env.solution == ["right"]
+
+
+def test_a_fatal_push_onto_a_target_has_its_own_kind():
+  # Two boxes: the left one pushed onto its target jams the other's way.
+  env = sokoban.SokobanEnv()
+  env.load_text("#######\n#_____#\n#OXP_##\n##X__##\n##_O_##\n##____#\n"
+                "#######")
+  env.step("left")
+  truth = env.ground_truth()
+  assert truth["first_unsolvable_step"] == 0 and truth["box"] == (2, 1)
+  assert truth["deadlock_kind"] == "on_target"
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(max_steps=1), "max_steps must be at least 2 .*got 1"),
+    (dict(max_steps=0), "max_steps .*got 0"),
+    (dict(num_boxes=0), "num_boxes must be at least 1, got 0"),
+    (dict(dim=(2, 2)), r"dim .*got \(2, 2\)"),
+    (dict(dim=(3, 8), num_boxes=4),
+     r"dim \(3, 8\) has 6 inner cells; num_boxes=4 needs at least 7"),
+])
+def test_settings_no_level_fits_are_refused_when_built(kwargs, match):
+  # They used to fail at reset (or each reset of a pool, only logged).
+  with pytest.raises(ValueError, match=match):
+    sokoban.SokobanEnv(**kwargs)
 
 
 def test_ground_truth_before_reset_is_the_step_error():

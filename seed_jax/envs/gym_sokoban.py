@@ -207,8 +207,10 @@ class GymSokobanEnv:
 
   def _as_builtin(self) -> sokoban.SokobanEnv:
     """A built-in SokobanEnv holding this episode (for rendering and facts)."""
+    # The twin generates no level, so the generator's floor of two steps
+    # does not apply to the gym episode it holds.
     twin = sokoban.SokobanEnv(dim=self.dim, num_boxes=self.num_boxes,
-                              max_steps=self.max_steps)
+                              max_steps=max(2, self.max_steps))
     twin.level, twin.state = self.level, self.state
     twin.history, twin.actions = list(self.history), list(self.actions)
     twin.solution = self.solution

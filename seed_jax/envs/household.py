@@ -46,7 +46,7 @@ class HouseholdEnv:
     families: task families to draw from (default: all six).
 
   Raises:
-    ValueError: an unknown split or family, or no family.
+    ValueError: an unknown split or family, no family, or max_steps < 1.
   """
 
   name = "household"
@@ -55,6 +55,8 @@ class HouseholdEnv:
   def __init__(self, *, split: str = "train", max_steps: int = 30,
                families: tuple[str, ...] = hw.FAMILIES) -> None:
     base.check_split(split)
+    if max_steps < 1:
+      raise ValueError(f"max_steps must be at least 1, got {max_steps}")
     if not families:
       raise ValueError(f"families is empty; give some of {hw.FAMILIES}")
     for f in families:
@@ -96,8 +98,9 @@ class HouseholdEnv:
         hw.generate(seed, unseen=self.unseen, families=self.families))
 
   def reset_to(self, world: hw.World) -> tuple[str, dict[str, Any]]:
-    """Starts from a given (e.g. hand-built) world; returns (obs, info)."""
-    self.world = world
+    """Starts from a copy of a given (e.g. hand-built) world, which is left
+    as it is (so it can be replayed); returns (obs, info)."""
+    self.world = world.copy()
     self._start = world.copy()  # for ground_truth()
     self.steps = 0
     self.done = False
@@ -123,8 +126,9 @@ class HouseholdEnv:
       dict with family, object_type, target_type, room, start_locations
       (goal object -> receptacle at reset), closed_at_start, appliance,
       lamp_location, expert_length (expert steps from the start), and the
-      agent's visited / opened / taken / used / moved ([object, receptacle])
-      lists and final holding.
+      agent's visited / opened / taken / used ("heat microwave 1") /
+      processed ([verb, object, appliance], e.g. ["heat", "mug 1",
+      "microwave 1"]) / moved ([object, receptacle]) lists and final holding.
     """
     w, start = self._w, self._start
     goal = start.instances(start.obj_type)
@@ -141,6 +145,7 @@ class HouseholdEnv:
         "expert_length": len(_plan(start, None)),
         "visited": list(w.visited), "opened": list(w.opened),
         "taken": list(w.taken), "used": list(w.used),
+        "processed": [list(p) for p in w.processed],
         "moved": [list(m) for m in w.moved], "holding": w.holding,
         "won": w.goal_met(),
     }
@@ -236,6 +241,7 @@ class HouseholdEnv:
       obj, _, r = rest.partition(" with ")
       w.states[hw.PROCESSED[verb]].add(obj)
       w.used.append(f"{verb} {r}")
+      w.processed.append((verb, obj, r))
       return f"You {verb} the {obj} using the {r}.", True
     if verb == "use":
       w.lamp_on = True

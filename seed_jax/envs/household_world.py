@@ -180,6 +180,9 @@ class World:
   opened: list[str] = dataclasses.field(default_factory=list)
   taken: list[str] = dataclasses.field(default_factory=list)
   used: list[str] = dataclasses.field(default_factory=list)  # "heat microwave 1"
+  # (verb, object, appliance) per processing: ("heat", "mug 1", "microwave 1").
+  processed: list[tuple[str, str, str]] = dataclasses.field(
+      default_factory=list)
   moved: list[tuple[str, str]] = dataclasses.field(default_factory=list)
 
   def copy(self) -> "World":
@@ -190,7 +193,8 @@ class World:
         closed=set(self.closed),
         states={k: set(v) for k, v in self.states.items()},
         visited=list(self.visited), opened=list(self.opened),
-        taken=list(self.taken), used=list(self.used), moved=list(self.moved))
+        taken=list(self.taken), used=list(self.used),
+        processed=list(self.processed), moved=list(self.moved))
 
   @property
   def task(self) -> str:
@@ -258,11 +262,14 @@ def generate(seed: int, *, unseen: bool = False,
     A World whose goal is not met yet.
 
   Raises:
-    ValueError: a negative seed or no families.
+    ValueError: a negative seed, no families or an unknown one.
   """
   base.check_seed(seed)
   if not families:
     raise ValueError("families is empty")
+  for f in families:
+    if f not in FAMILIES:
+      raise ValueError(f"unknown family {f!r}; known: {FAMILIES}")
   family = families[seed % len(families)]
   rng = random.Random(seed * 2 + int(unseen))
   for _ in range(1000):

@@ -270,7 +270,9 @@ class SokobanEnv:
       on it.
 
   Raises:
-    ValueError: an unknown split.
+    ValueError: an unknown split, max_steps < 2 (generated levels need at
+      least two moves), num_boxes < 1, or a grid smaller than 3 x 3 or with
+      too few inner cells for the boxes (num_boxes + 3).
   """
 
   name = "sokoban"
@@ -279,6 +281,7 @@ class SokobanEnv:
   def __init__(self, *, split: str = "train", dim: Pos = (6, 6),
                num_boxes: int = 1, max_steps: int = 30) -> None:
     self.evaluation = base.check_split(split) == "eval_unseen"
+    _check_args(tuple(dim), num_boxes, max_steps)
     self.dim = tuple(dim)
     self.num_boxes = num_boxes
     self._generator = dict(dim=self.dim, num_boxes=num_boxes)  # not load_text's
@@ -310,9 +313,9 @@ class SokobanEnv:
 
     Raises:
       ValueError: unknown symbols, ragged rows, no player or more than one,
-        no box, box and target counts that differ, or a level the solver
-        finds no solution for (`Level.solve`: unsolvable, or over its search
-        cap).
+        no box, box and target counts that differ, a level already solved
+        (every box on a target), or a level the solver finds no solution for
+        (`Level.solve`: unsolvable, or over its search cap).
     """
     rows = grid.strip("\n").split("\n")
     if len({len(r) for r in rows}) != 1:
@@ -340,6 +343,9 @@ class SokobanEnv:
     dim = (len(rows), len(rows[0]))
     level = Level(walls, frozenset(targets), dim)
     state = (players[0], frozenset(boxes))
+    if boxes <= targets:
+      raise ValueError("the level is already solved: every box is on a "
+                       "target")
     solution = level.solve(state)
     if solution is None:
       raise ValueError("the level has no solution (or none the BFS solver "
@@ -423,7 +429,9 @@ class SokobanEnv:
       unsolvable_after (per step taken: whether the level could no longer be
       solved after it), first_unsolvable_step (0-based step index or None),
       its action, box (the pushed box's new position, row/col), and
-      deadlock_kind ("corner", "wall" or "other"), plus won.
+      deadlock_kind ("corner", "wall" or "other" for a box left off any
+      target, "on_target" for one pushed onto a target where it blocks the
+      rest), plus won.
 
     Raises:
       RuntimeError: before reset (or load_text).
@@ -455,9 +463,27 @@ class SokobanEnv:
       box = next(iter(moved)) if moved else None
       truth["first_unsolvable_action"] = self.actions[first]
       truth["box"] = box
-      kind = level.deadlock_kind(box) if box else None
+      if box in level.targets:
+        kind = "on_target"  # several boxes: it blocks the others' way
+      else:
+        kind = level.deadlock_kind(box) if box else None
       truth["deadlock_kind"] = kind or "other"
     return truth
+
+
+def _check_args(dim: Pos, num_boxes: int, max_steps: int) -> None:
+  """Raises ValueError, naming the argument, for settings no level fits."""
+  if max_steps < 2:
+    raise ValueError(f"max_steps must be at least 2 (generated levels need "
+                     f"two moves or more), got {max_steps}")
+  if num_boxes < 1:
+    raise ValueError(f"num_boxes must be at least 1, got {num_boxes}")
+  if len(dim) != 2 or min(dim) < 3:
+    raise ValueError(f"dim must be (rows, cols), each at least 3, got {dim}")
+  inner = (dim[0] - 2) * (dim[1] - 2)
+  if inner < num_boxes + 3:
+    raise ValueError(f"dim {dim} has {inner} inner cells; num_boxes="
+                     f"{num_boxes} needs at least {num_boxes + 3}")
 
 
 _TILE_CACHE: dict[int, np.ndarray] = {}
