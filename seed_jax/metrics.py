@@ -44,30 +44,51 @@ PROGRESS_KEYS: tuple[tuple[str, str], ...] = (
 TIME_PREFIX = "time/"
 
 
+SKIPPED = "skipped"  # `train_step`'s 1 for a step skipped as non-finite
+
+
+def _average(value, weight, keep) -> clu_metrics.Average:
+  """One step's clu Average of `value`: each element counted once, or by
+  `weight` (a token count) when given; empty where `keep` is False. Counts
+  are float32, as weights may be fractional."""
+  value = jnp.asarray(value, jnp.float32)
+  weight = jnp.ones_like(value) if weight is None else weight
+  value, weight = jnp.broadcast_arrays(value, jnp.asarray(weight, jnp.float32))
+  weight = jnp.where(keep, weight, 0.0)
+  # `where`, not a product: a NaN that counts for nothing adds nothing.
+  total = jnp.where(weight != 0, value * weight, 0.0)
+  return clu_metrics.Average(total=jnp.sum(total), count=jnp.sum(weight))
+
+
 @jax.jit
 def _merge(acc: dict[str, clu_metrics.Average],
            new: dict[str, jax.Array]) -> dict[str, clu_metrics.Average]:
   out = dict(acc)
+  skipped = new.get(SKIPPED)
+  keep = True if skipped is None else jnp.asarray(skipped) == 0
   for name, value in new.items():
     if name.startswith(losses.WEIGHT_PREFIX):
       continue
-    value = jnp.asarray(value, jnp.float32)
-    weight = new.get(losses.weight_key(name))
-    if weight is None:
-      m = clu_metrics.Average.from_model_output(value)
-    else:  # a mean over `weight` tokens
-      weight = jnp.asarray(weight, jnp.float32)
-      m = clu_metrics.Average(total=jnp.sum(value * weight),
-                              count=jnp.sum(weight).astype(jnp.int32))
+    m = _average(value, new.get(losses.weight_key(name)),
+                 True if name == SKIPPED else keep)
     out[name] = acc[name].merge(m) if name in acc else m
   return out
 
 
 @jax.jit
 def _compute(acc: dict[str, clu_metrics.Average]) -> dict[str, jax.Array]:
-  # 0, not NaN, for a weighted metric that never had a token.
-  return {name: jnp.where(m.count > 0, m.total / jnp.maximum(m.count, 1), 0.0)
-          for name, m in acc.items()}
+  # 0, not NaN, for a weighted metric that never had a token; NaN (None in
+  # the history) for every metric but `skipped` when every step was skipped.
+  skipped = acc.get(SKIPPED)
+  all_skipped = (False if skipped is None else
+                 (skipped.count > 0) & (skipped.total >= skipped.count))
+  out = {}
+  for name, m in acc.items():
+    mean = jnp.where(m.count > 0,
+                     m.total / jnp.where(m.count > 0, m.count, 1.0), 0.0)
+    out[name] = mean if name == SKIPPED else jnp.where(all_skipped, jnp.nan,
+                                                       mean)
+  return out
 
 
 class Averager:
@@ -83,7 +104,10 @@ class Averager:
 
   A name missing from some updates is averaged over the updates that had it.
   A metric sent with a weight (`losses.weight_key(name)`, a token count) is
-  averaged by it; the weights themselves are not reported.
+  averaged by it; the weights themselves are not reported. A step sent with
+  `skipped` set (`train_step.train_step` skipped it as non-finite, its
+  loss and gradient norm NaN or inf) counts only towards `skipped`, the
+  fraction of steps skipped; when all were, the other metrics are NaN.
   """
 
   def __init__(self):

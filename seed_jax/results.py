@@ -40,8 +40,18 @@ EPISODE = ("env_name", "max_steps", "history_length")
 DIAGNOSTICS = ("success_rate", "valid_action_ratio", "analyses_parsed",
                "opd_gate_mean", "opd_active_ratio", "skill_logp_gap", "kl",
                "entropy")
+# Diagnostics of the rows with a parsed analysis (see `_diagnostic`).
+SKILL_DIAGNOSTICS = ("skill_logp_gap",)
 
 Histories = Mapping[str, Mapping[int, Sequence[Mapping[str, Any]]]]
+
+
+class _NonFinite(ValueError):
+  """NaN or Infinity in a metrics.jsonl line (not strict JSON)."""
+
+
+def _refuse_constant(name: str):
+  raise _NonFinite(f"{name} is not strict JSON")
 
 
 def read_metrics(path: str) -> list[dict[str, Any]]:
@@ -49,8 +59,9 @@ def read_metrics(path: str) -> list[dict[str, Any]]:
 
   Raises:
     ValueError: naming the file and line of a line that is not a JSON object
-      with an "update" (training writes the file whole, so it was damaged or
-      edited by hand).
+      with an integer "update", or that holds NaN or Infinity (training
+      writes the file whole, with None for non-finite values, so it was
+      damaged or edited by hand).
   """
   records = []
   with open(path) as f:
@@ -58,14 +69,18 @@ def read_metrics(path: str) -> list[dict[str, Any]]:
       if not line.strip():
         continue
       try:
-        record = json.loads(line)
+        record = json.loads(line, parse_constant=_refuse_constant)
+      except _NonFinite as e:
+        problem = f"{e} (training writes null for a non-finite value)."
       except ValueError as e:
         problem = f"not JSON ({e}); a truncated file?"
       else:
-        if isinstance(record, dict) and "update" in record:
+        # bool is an int to isinstance; 2.0, "2" and null are no update.
+        if isinstance(record, dict) and type(record.get("update")) is int:
           records.append(record)
           continue
-        problem = f"{record!r} is not a JSON object with an \"update\""
+        problem = (f"{record!r:.200} is not a JSON object with an integer "
+                   "\"update\".")
       raise ValueError(
           f"{path} line {n}: {problem} Delete the file and resume the run: "
           "training writes it again from the history its checkpoint keeps")
@@ -189,7 +204,8 @@ def summarize(histories: Histories, *,
                 "n"}, ...]}}  (env_steps: cumulative, mean over seeds)
       "sample_efficiency": {method: {split: [{"fraction", "target",
                             "update", "mean", "std", "n", "env_steps"}]}}
-      "diagnostics": {method: {name: mean_std of the runs' averages}}
+      "diagnostics": {method: {name: mean_std of the runs' averages over
+                      the updates that measured it (`_diagnostic`)}}
   """
   out = {k: {} for k in ("runs", "num_updates", "final", "final_updates",
                          "curves", "sample_efficiency", "diagnostics")}
@@ -223,12 +239,25 @@ def summarize(histories: Histories, *,
     diag = {}
     for name in diagnostics:
       per_run = [np.mean(vals) for vals in (
-          [float(x[name]) for x in r if x.get(name) is not None]
-          for r in runs.values()) if vals]
+          _diagnostic(r, name) for r in runs.values()) if vals]
       if per_run:
         diag[name] = mean_std(per_run)
     out["diagnostics"][method] = diag
   return out
+
+
+def _diagnostic(records: Sequence[Mapping[str, Any]], name: str
+                ) -> list[float]:
+  """The values of `name` in a run's records, those an update measured.
+
+  `SKILL_DIAGNOSTICS` are measured on rows with a parsed analysis only, so
+  they count only where "analyses_parsed" is present and nonzero: files
+  written before the trainer left them out of the other updates hold 0.0
+  there (every update of a method that does not analyze, as GRPO).
+  """
+  if name in SKILL_DIAGNOSTICS:
+    records = [x for x in records if x.get("analyses_parsed")]
+  return [float(x[name]) for x in records if x.get(name) is not None]
 
 
 def check_outcomes(outcomes: Any) -> None:

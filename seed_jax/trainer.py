@@ -644,7 +644,9 @@ class RLTrainer:
                   ) -> tuple[dict, dict]:
     """Advantages, skill prompts and the three log-probs of every sample:
     the training batch of `update` and its metrics (`ref_params`, the KL
-    reference, is read only when `kl_coef` is set)."""
+    reference, is read only when `kl_coef` is set). The token means
+    `skill_logp_gap` (over analyzed rows) and `logp_agreement` are left out
+    of the metrics when they have no token to average."""
     self._check_reference(ref_params)
     rl, samples, episodes, found = self.rl, c.samples, c.episodes, c.skills
     returns = np.asarray([episodes[s.traj_uid].episode_return
@@ -714,12 +716,14 @@ class RLTrainer:
     rmask = arrays["response_mask"].astype(bool)
     gap = (skill_logp[:n] - old_logp[:n])[rmask & analyzed[:, None]]
     diff = np.abs(old_logp[:n] - arrays["old_logp"])[rmask]
+    # A mean over no token is left out, not 0: GRPO has no skill_logp_gap.
+    means = {name: float(x.mean()) for name, x in
+             (("logp_agreement", diff), ("skill_logp_gap", gap)) if x.size}
     return batch, {
         **step_metrics,
         "skill_prompts_too_long": float(too_long),
         "step_skill_rows": float(step_rows),
-        "logp_agreement": float(diff.mean()) if diff.size else 0.0,
-        "skill_logp_gap": float(gap.mean()) if gap.size else 0.0,
+        **means,
         "valid_action_ratio": float(valid.mean()) if n else 0.0}
 
   def _check_reference(self, ref_params) -> None:

@@ -36,6 +36,30 @@ def test_averager_weighs_token_means_by_their_tokens():
   assert avg.compute() == {"gate": 0.0}  # never a token: 0, not NaN
 
 
+
+def test_averager_leaves_skipped_steps_out_of_the_other_metrics():
+  avg = metrics.Averager()
+  for bad in (False, False, True, False):  # train_step's NaN on a skip
+    x = np.nan if bad else 0.5
+    avg.update({"loss": x, "weight/loss": 100.0, "grad_norm": 2 * x,
+                "skipped": float(bad)})
+  assert avg.compute() == pytest.approx(
+      {"loss": 0.5, "grad_norm": 1.0, "skipped": 0.25})
+  for _ in range(2):  # every step skipped: nothing to average
+    avg.update({"loss": np.nan, "weight/loss": 100.0, "grad_norm": np.inf,
+                "skipped": 1.0})
+  out = avg.compute()
+  assert out["skipped"] == 1.0
+  assert np.isnan(out["loss"]) and np.isnan(out["grad_norm"])
+
+
+def test_averager_keeps_fractional_weights():
+  avg = metrics.Averager()
+  avg.update({"x": 1.0, "weight/x": 1.5})
+  avg.update({"x": 3.0, "weight/x": 0.5})
+  avg.update({"y": 2.0, "weight/y": 0.25})
+  assert avg.compute() == pytest.approx({"x": 1.5, "y": 2.0})
+
 def _read_scalars(workdir):
   return {(tag, step): value
           for tag, step, value in testing.read_scalar_events(workdir)}

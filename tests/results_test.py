@@ -111,6 +111,36 @@ def test_curves_and_diagnostics(summary):
       "planned": None, "finished": True}
 
 
+
+def test_skill_logp_gap_counts_only_updates_with_analyses():
+  # Files written before the trainer left the gap out hold 0.0 where no
+  # analysis was parsed: always for GRPO, at update 2 for SEED here.
+  grpo = _history(lambda u: u / 10, env_steps=4,
+                  extra={"skill_logp_gap": 0.0})
+  seed = _history(lambda u: u / 10, env_steps=4, updates=3)
+  for r, (parsed, gap) in zip(seed[1:], [(0.5, -0.1), (0.0, 0.0),
+                                         (1.0, -0.2)]):
+    r.update(analyses_parsed=parsed, skill_logp_gap=gap)
+  s = results.summarize({"grpo": {0: grpo}, "seed": {0: seed}})
+  assert "skill_logp_gap" not in s["diagnostics"]["grpo"]
+  assert s["diagnostics"]["seed"]["skill_logp_gap"]["mean"] == (
+      pytest.approx(-0.15))
+  assert "| skill_logp_gap | - | -0.15 |" in results.markdown(s)
+
+
+@pytest.mark.parametrize("bad", [
+    '{"update": null}', '{"update": "2"}', '{"update": 2.7}',
+    '{"update": true}', '{"env_steps": 3.0}', '[2]', '{"update": 2',
+    '{"update": 2, "kl": NaN}', '{"update": 2, "loss": -Infinity}'])
+def test_read_metrics_names_the_line_of_a_bad_record(tmp_path, bad):
+  path = tmp_path / "metrics.jsonl"
+  path.write_text('{"update": 1, "kl": 0.5}\n\n' + bad + "\n")
+  with pytest.raises(ValueError, match=f"^{path} line 3: "):
+    results.read_metrics(str(path))
+  path.write_text('{"update": 1, "kl": 0.5}\n\n{"update": 2, "kl": null}\n')
+  assert results.read_metrics(str(path)) == [{"update": 1, "kl": 0.5},
+                                             {"update": 2, "kl": None}]
+
 def test_unequal_runs_are_reported_as_they_are():
   partial = {"grpo": {0: _history(lambda u: u / 10, env_steps=4),
                       1: _history(lambda u: u / 10, env_steps=4,

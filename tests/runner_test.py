@@ -52,9 +52,9 @@ def test_a_second_runner_on_one_folder_is_refused(tmp_path):
 def _fake_python(tmp_path):
   """An interpreter stand-in for `FAKE -m seed_jax.train ARGS`: it logs one
   progress line, then fails (exit status 3) for --gin.SEED=1, trains until
-  stopped for --gin.SEED=8, writes a damaged metrics.jsonl (a cut line) for
-  --gin.SEED=9, and otherwise writes metrics.jsonl with updates 1 and 2 into
-  the run's --gin.WORKDIR."""
+  stopped for --gin.SEED=8, writes a damaged metrics.jsonl for --gin.SEED=9
+  (a cut line) and --gin.SEED=7 (an update null), and otherwise writes
+  metrics.jsonl with updates 1 and 2 into the run's --gin.WORKDIR."""
   path = tmp_path / "fake_python"
   path.write_text(
       f"#!{sys.executable}\n"
@@ -70,6 +70,10 @@ def _fake_python(tmp_path):
       "if args['SEED'] == '9':\n"
       "  with open(os.path.join(workdir, 'metrics.jsonl'), 'w') as f:\n"
       "    f.write('{\"update\": 1}\\n{\"upd')\n"
+      "  sys.exit(0)\n"
+      "if args['SEED'] == '7':\n"
+      "  with open(os.path.join(workdir, 'metrics.jsonl'), 'w') as f:\n"
+      "    f.write('{\"update\": 1}\\n{\"update\": null}\\n')\n"
       "  sys.exit(0)\n"
       "with open(os.path.join(workdir, 'metrics.jsonl'), 'w') as f:\n"
       "  for u in (1, 2):\n"
@@ -119,15 +123,16 @@ def _runs(out, seeds):
   return runs
 
 
-def test_a_damaged_metrics_file_fails_only_its_run(tmp_path):
+@pytest.mark.parametrize("bad_seed", [9, 7])  # a cut line, an update null
+def test_a_damaged_metrics_file_fails_only_its_run(tmp_path, bad_seed):
   out = str(tmp_path / "exp")
-  runs = _runs(out, (0, 9))
+  runs = _runs(out, (0, bad_seed))
   status = runner.execute(runs, {r.name: 2 for r in runs}, out=out,
                           parallel=2, poll_s=0.05,
                           python=_fake_python(tmp_path))
   assert status["finished"]
   assert status["runs"]["grpo/seed0"]["state"] == "done"
-  damaged = status["runs"]["grpo/seed9"]
+  damaged = status["runs"][f"grpo/seed{bad_seed}"]
   assert (damaged["state"], damaged["returncode"]) == ("failed", 0)
   metrics = os.path.join(runs[1].workdir, "metrics.jsonl")
   assert damaged["error"].startswith(f"{metrics} line 2")

@@ -6,7 +6,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import pytest
 
+from seed_jax import metrics as metrics_lib
 from seed_jax import model as model_lib
 from seed_jax import partitioning
 from seed_jax import scorer
@@ -131,6 +133,27 @@ def test_non_finite_update_is_skipped():
   jax.tree.map(np.testing.assert_array_equal, jax.tree.map(np.asarray,
                                                            new.params), before)
 
+
+
+def test_a_skipped_step_leaves_the_averages_to_the_other_steps():
+  cfg = testing.tiny_config()
+  params = model_lib.init_params(cfg, jax.random.key(0))
+  good = _rl_batch(cfg, params)
+  bad = dict(good, advantages=good["advantages"] * np.nan)
+  tx = ts.make_optimizer(1e-3)
+  step = ts.jit_train_step(tx, functools.partial(ts.rl_loss, config=cfg))
+  state, m_good = step(ts.TrainState.create(params, tx), good)
+  m_good = jax.device_get(m_good)
+  _, m_bad = step(state, bad)
+  assert float(m_bad["skipped"]) == 1.0 and np.isnan(m_bad["loss"])
+  avg = metrics_lib.Averager()
+  avg.update(m_good)
+  avg.update(m_bad)
+  out = avg.compute()
+  assert out.pop("skipped") == 0.5
+  assert out == pytest.approx({k: float(v) for k, v in m_good.items()
+                               if k != "skipped" and not k.startswith(
+                                   "weight/")})
 
 def test_bfloat16_state_keeps_its_dtypes():
   cfg = testing.tiny_config()

@@ -110,6 +110,7 @@ def test_critical_step_skill_is_in_that_step_prompt_only(policy):
   batch, metrics = trainer.build_batch(
       state, trainer.place_params(policy.params), c)
   assert metrics["step_skill_rows"] == 1
+  assert metrics["skill_logp_gap"] != 0  # over the analyzed rows
   # Every member of a group answers `look` and so sees the same rooms.
   assert metrics["step_groups_shared"] == 1.0
   for i, s in enumerate(res.samples):
@@ -162,6 +163,17 @@ def test_distillation_and_opid_shaping_reach_analyzed_rows_only(policy):
   np.testing.assert_allclose(m["loss"] - rest, rl.opd_coef * m["opd_loss"],
                              rtol=1e-3, atol=1e-7)
 
+
+
+def test_without_an_analyzed_row_the_skill_logp_gap_is_left_out(policy):
+  for variant in ("grpo", "seed"):  # GRPO never analyzes; SEED found none
+    trainer = _trainer(policy, variant=variant, kl_coef=0.0)
+    res = _played(trainer)
+    c = trainer_lib.Collected(res.samples, res.episodes, {}, {})
+    _, metrics = trainer.build_batch(trainer.create_state(policy.params),
+                                     None, c)
+    assert "skill_logp_gap" not in metrics, (variant, metrics)
+    assert metrics["logp_agreement"] > 0  # the rollout's log-probs are -1
 
 def test_rollouts_at_a_temperature_are_scored_and_trained_at_it(policy):
   T = 0.5
