@@ -12,7 +12,10 @@
 # Required: TPU_NAME, ZONE; ACCELERATOR_TYPE (e.g. v5p-32) and
 # RUNTIME_VERSION (e.g. v2-alpha-tpuv5) to create; GIN_FILE and WORKDIR (a
 # directory all workers share, e.g. a gcsfuse mount) to run.
-# Optional: PROJECT, JAX_TPU (pip spec), TMPDIR. DRY_RUN=1 prints every
+# Optional: PROJECT, JAX_TPU (pip spec), TMPDIR, PYTHON (the workers'
+# interpreter the venv is made with, default python3; the pinned packages
+# need Python >= 3.11, and install stops on a worker whose PYTHON is older,
+# before making the venv: e.g. PYTHON=python3.11). DRY_RUN=1 prints every
 # command instead of running it.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -63,7 +66,11 @@ copy() {
 }
 
 install() {
-  on_workers all "cd ~/${REMOTE_DIR} && python3 -m venv .venv && .venv/bin/pip install -q -r requirements.txt $(show "${JAX_TPU}") && .venv/bin/pip install -q --no-deps -e ."
+  # The pins (numpy, jax, flax, transformers) need Python >= 3.11; TPU VM
+  # images may ship 3.10, where pip would fail half way through.
+  local py
+  py="$(show "${PYTHON:-python3}")"
+  on_workers all "cd ~/${REMOTE_DIR} && if ! ${py} -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then echo \"${py} on \$(hostname) is \$(${py} --version 2>&1): seed_jax needs Python >= 3.11; install one and set PYTHON (e.g. PYTHON=python3.11)\" >&2; exit 1; fi && ${py} -m venv .venv && .venv/bin/pip install -q -r requirements.txt $(show "${JAX_TPU}") && .venv/bin/pip install -q --no-deps -e ."
 }
 
 check_run() {  # before anything is created or paid for

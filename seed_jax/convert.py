@@ -10,6 +10,11 @@ parameters under `params/` (an orbax PyTree checkpoint: every process writes
 and reads only its shards) and the folder's other small files (tokenizer,
 generation config) copied as they are. Each tensor is placed with its
 sharding as it is read, so no device ever holds more than its shards.
+
+The parameters keep the weights' dtype unless --dtype says otherwise. JAX
+(without x64) has no float64: float64 weights are refused unless --dtype
+names another dtype (e.g. `hf_to_orbax --dtype=float32`, which rounds them
+and records float32 in the orbax config.json), and float64 is never written.
 """
 
 from __future__ import annotations
@@ -37,8 +42,9 @@ PARAMS = "params"
 # loader could read them instead of the converted weights.
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5",
                     ".msgpack", ".ckpt", ".index.json", ".tmp")
-# The dtypes orbax_to_hf writes: the floats safetensors stores.
-DTYPES = hf.FLOAT_DTYPES
+# The dtypes parameters are converted to and orbax_to_hf writes: the floats
+# safetensors stores but float64, which JAX (without x64) cannot hold.
+DTYPES = hf.PARAM_DTYPES
 
 
 def _side_files(folder: str) -> list[str]:
@@ -75,14 +81,23 @@ def check_source(src: str, *, orbax: bool = False) -> None:
 def check_destination(dst: str, *, src: str | None = None) -> None:
   """Raises before any work when `dst` cannot become the output folder.
 
+  Paths are compared with links resolved: a link to the source is the source.
+
   Raises:
     NotADirectoryError: when `dst`, or a folder above it, is a file.
     PermissionError: when the folder that would hold `dst` is read-only.
-    ValueError: when `dst` is `src`.
+    ValueError: when `dst` is `src` or lies inside it.
   """
   path = os.path.abspath(dst)
-  if src is not None and path == os.path.abspath(src):
-    raise ValueError(f"destination {dst!r} is the source folder")
+  if src is not None:
+    real, real_src = os.path.realpath(dst), os.path.realpath(src)
+    if real == real_src:
+      raise ValueError(f"destination {dst!r} is the source folder"
+                       + ("" if path == os.path.abspath(src)
+                          else f" ({real} through a link)"))
+    if os.path.commonpath([real, real_src]) == real_src:
+      raise ValueError(f"destination {dst!r} lies inside the source folder "
+                       f"{src!r}")
   if os.path.exists(path) and not os.path.isdir(path):
     raise NotADirectoryError(f"destination {dst!r} is a file, not a folder")
   parent = path
@@ -97,10 +112,34 @@ def check_destination(dst: str, *, src: str | None = None) -> None:
 
 
 def check_dtype(dtype: str | None) -> None:
-  """Raises ValueError unless `dtype` is None or one of `DTYPES`."""
+  """Raises ValueError unless `dtype` is None or one of `DTYPES` (float64:
+  saying why, `hf.check_param_dtype`)."""
+  if dtype == "float64":
+    hf.check_param_dtype(dtype, "dtype")
   if dtype is not None and dtype not in DTYPES:
     raise ValueError(f"dtype {dtype!r} cannot hold the weights; choose one "
                      f"of {', '.join(DTYPES)}")
+
+
+def source_dtype(src: str, dtype: str | None = None) -> str:
+  """The dtype `hf_to_orbax` converts the weights of `src` to.
+
+  `dtype` when given, else the weights' (`hf.weights_dtype`; float32 when
+  the folder does not tell).
+
+  Raises:
+    ValueError: the weights are float64 and no `dtype` is given: JAX cannot
+      hold them; the message says to pass float32.
+  """
+  if dtype is not None:
+    return dtype
+  found = hf.weights_dtype(src) or "float32"
+  if found not in DTYPES:
+    raise ValueError(
+        f"the weights in {src!r} are {found}, which JAX (without x64) cannot "
+        "hold; convert them rounded to float32 with --dtype=float32 "
+        "(dtype='float32'): the orbax config.json then says float32")
+  return found
 
 
 def hf_to_orbax(src: str, dst: str, *, mesh_shape: Sequence[int] = (1, -1, 1),
@@ -112,13 +151,15 @@ def hf_to_orbax(src: str, dst: str, *, mesh_shape: Sequence[int] = (1, -1, 1),
     dst: the orbax folder to write (`config.json`, `params/`, side files).
     mesh_shape: the mesh to read onto.
     dtype: the parameters' dtype, one of `DTYPES` (default the weights':
-      config.json's dtype or torch_dtype, else the safetensors').
+      config.json's dtype or torch_dtype, else the safetensors'). Float64
+      weights need one (float32): they are refused without it. The orbax
+      config.json records the dtype the parameters are saved in.
 
   Raises:
     FileExistsError: when `dst/params` already exists.
     FileNotFoundError, NotADirectoryError, PermissionError, ValueError: as
-      `check_dtype`, `check_source` and `check_destination`, before the model
-      is read.
+      `check_dtype`, `check_source`, `check_destination` and
+      `source_dtype`, before the model is read.
   """
   check_dtype(dtype)
   check_source(src)
@@ -126,7 +167,7 @@ def hf_to_orbax(src: str, dst: str, *, mesh_shape: Sequence[int] = (1, -1, 1),
   target = epath.Path(dst).absolute() / PARAMS  # orbax wants absolute paths
   if target.exists():
     raise FileExistsError(f"{target} exists; choose another destination")
-  dtype = dtype or hf.weights_dtype(src) or "float32"
+  dtype = source_dtype(src, dtype)
   mesh = partitioning.make_mesh(mesh_shape)
   # The config as loaded (a tied config.json may load untied) is sharded.
   config, params = hf.load_pretrained(
@@ -149,8 +190,21 @@ def restore_params(src: str, *, mesh_shape: Sequence[int] = (1, -1, 1),
 
   The parameters keep the dtype config.json's torch_dtype names (the one
   `hf_to_orbax` saved them in) unless `overrides` give a `param_dtype`.
+
+  Raises:
+    ValueError: the dtype is float64 (JAX cannot hold it): a folder written
+      by an earlier hf_to_orbax, whose parameters are float32, says float64.
   """
-  overrides.setdefault("param_dtype", hf.weights_dtype(src) or "float32")
+  if "param_dtype" not in overrides:
+    found = hf.weights_dtype(src) or "float32"
+    if found not in DTYPES:
+      raise ValueError(
+          f"{os.path.join(src, 'config.json')} says the parameters are "
+          f"{found}, which JAX (without x64) cannot hold; an earlier "
+          "hf_to_orbax saved them as float32 under that label: set its "
+          "torch_dtype to float32")
+    overrides["param_dtype"] = found
+  hf.check_param_dtype(overrides["param_dtype"], "param_dtype")
   config = hf.load_config(src, **overrides)
   mesh = partitioning.make_mesh(mesh_shape)
   abstract = checkpoints.abstract_tree(
@@ -203,18 +257,18 @@ def parse_flags(argv: Sequence[str]) -> argparse.Namespace:
   p.add_argument("--dst", required=True)
   p.add_argument("--mesh", default="1,-1,1", help="data,fsdp,tensor")
   p.add_argument("--dtype", default=None,
-                 help=f"orbax_to_hf: safetensors dtype, one of {DTYPES}")
+                 help=f"the dtype written, one of {DTYPES} (default the "
+                 "weights'; float64 weights need --dtype=float32)")
   args = p.parse_args(argv)
   args.mesh = partitioning.parse_mesh(args.mesh)
-  if args.dtype is not None and args.direction == "hf_to_orbax":
-    raise ValueError("--dtype is for orbax_to_hf; hf_to_orbax keeps the "
-                     "dtype of the weights")
   try:
     check_dtype(args.dtype)
   except ValueError as e:
     raise ValueError(f"--dtype: {e}") from None
   check_source(args.src, orbax=args.direction == "orbax_to_hf")
   check_destination(args.dst, src=args.src)
+  if args.direction == "hf_to_orbax":
+    source_dtype(args.src, args.dtype)  # float64 weights need --dtype
   return args
 
 

@@ -59,8 +59,9 @@ def initialize(coordinator_address: str | None = None,
   Raises:
     ValueError: an address without the process count and id, more than one
       process without an address (or SEED_DISTRIBUTED=1), a
-      SEED_DISTRIBUTED that is neither true nor false, a process count, id
-      or device ids that are not integers, or an id outside [0, count).
+      SEED_DISTRIBUTED that is neither true nor false, a process count, id,
+      device ids or SEED_LOCAL_DEVICES that are not integers (the last
+      below 1, too), or an id outside [0, count).
   """
   env = os.environ if env is None else env
   address = coordinator_address or env.get("SEED_COORDINATOR") or None
@@ -74,7 +75,15 @@ def initialize(coordinator_address: str | None = None,
   local = env.get("SEED_LOCAL_DEVICES")
   if local:
     try:
-      jax.config.update("jax_num_cpu_devices", int(local))
+      count = int(local)
+    except ValueError:
+      raise ValueError(f"SEED_LOCAL_DEVICES={local!r}: use a count of fake "
+                       "CPU devices per process, e.g. 4") from None
+    if count < 1:
+      raise ValueError(f"SEED_LOCAL_DEVICES={local!r}: use a count of fake "
+                       "CPU devices per process, 1 or more, e.g. 4")
+    try:
+      jax.config.update("jax_num_cpu_devices", count)
     except RuntimeError:  # backends already up: a second call in-process
       logging.warning("SEED_LOCAL_DEVICES=%s ignored: JAX already started",
                       local)

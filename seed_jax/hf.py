@@ -79,7 +79,12 @@ def read_safetensors(path: str) -> dict[str, np.ndarray]:
 
 
 def write_safetensors(path: str, tensors: dict[str, np.ndarray]) -> None:
-  """Writes tensors to `path` atomically (a temporary file, then rename)."""
+  """Writes tensors to `path` atomically and durably.
+
+  The data goes to `path.tmp`, which is synced and then renamed over `path`;
+  the folder is synced after the rename (as `atomic` does for small files),
+  so a power cut leaves the old file or the new one, never an empty one.
+  """
   header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
   offset = 0
   arrays = []
@@ -99,7 +104,28 @@ def write_safetensors(path: str, tensors: dict[str, np.ndarray]) -> None:
     f.write(raw)
     for a in arrays:
       f.write(a.tobytes())
+    f.flush()
+    os.fsync(f.fileno())
   os.replace(tmp, path)
+  _sync_folder(os.path.dirname(os.path.abspath(path)))
+
+
+def _write_json(path: str, value: Any) -> None:
+  """Writes `value` as JSON to `path` and syncs it (renamed into place by the
+  caller)."""
+  with open(path, "w") as f:
+    json.dump(value, f, indent=1)
+    f.flush()
+    os.fsync(f.fileno())
+
+
+def _sync_folder(folder: str) -> None:
+  """fsync of a folder, so the renames in it survive a power cut."""
+  fd = os.open(folder, os.O_RDONLY)
+  try:
+    os.fsync(fd)
+  finally:
+    os.close(fd)
 
 
 # ---------------------------------------------------------------------------
@@ -150,11 +176,16 @@ def params_from_hf_tensors(config: model_lib.ModelConfig,
   Each parameter is assembled on the host and placed with its sharding (when
   given), so no device ever holds more than its shard.
 
+  Float64 tensors load into a float32 (or narrower) `dtype` as asked; a
+  float64 `dtype` is refused (`check_param_dtype`).
+
   Raises:
     KeyError: naming the first Hugging Face tensor that is missing.
+    ValueError: a float64 `dtype` (or config.param_dtype).
   """
   c = config
   dt = np.dtype(dtype or c.param_dtype)
+  check_param_dtype(dt)
   shapes = model_lib.param_shapes(c)
 
   def place(path, host):
@@ -201,9 +232,16 @@ def params_from_hf_tensors(config: model_lib.ModelConfig,
 
 def params_to_hf_tensors(config: model_lib.ModelConfig, params: Params,
                          dtype: str | None = None) -> dict[str, np.ndarray]:
-  """Our parameter dict -> {Hugging Face tensor name: host array}."""
+  """Our parameter dict -> {Hugging Face tensor name: host array}.
+
+  Raises:
+    ValueError: a float64 `dtype` (or config.param_dtype): the parameters
+      are at most float32 (`check_param_dtype`); a dtype the weights
+      overflow.
+  """
   c = config
   dt = np.dtype(dtype or c.param_dtype)
+  check_param_dtype(dt, "safetensors dtype")
   host = jax.tree.map(lambda x: np.asarray(jax.device_get(x), np.float32),
                       params)
   out = {"model.embed_tokens.weight": host["embed"]["embedding"],
@@ -290,6 +328,28 @@ def load_config(path: str, **overrides) -> model_lib.ModelConfig:
 
 # The floating dtypes a checkpoint's weights may be kept in.
 FLOAT_DTYPES = ("float32", "bfloat16", "float16", "float64")
+# Those parameters can be held in: JAX without x64 has no float64 (it would
+# silently round float64 weights to float32 and keep the float64 label).
+PARAM_DTYPES = ("float32", "bfloat16", "float16")
+
+
+def check_param_dtype(dtype: Any, what: str = "parameter dtype") -> None:
+  """Raises ValueError when parameters cannot be held in `dtype` (float64).
+
+  Args:
+    dtype: a dtype or its name.
+    what: how the error names where `dtype` came from.
+  """
+  try:
+    is_float64 = np.dtype(dtype) == np.float64
+  except TypeError:  # not a dtype: left to the caller's own checks
+    return
+  if is_float64:
+    raise ValueError(
+        f"{what} float64: JAX (without x64) holds at most float32, so the "
+        "weights would be float32 values labelled float64; load or save them "
+        "as float32 (e.g. seed_jax.convert --dtype=float32, "
+        "param_dtype='float32')")
 
 
 def weights_dtype(path: str) -> str | None:
@@ -328,7 +388,17 @@ def weights_dtype(path: str) -> str | None:
 def _safetensors_files(path: str) -> list[str]:
   index = os.path.join(path, "model.safetensors.index.json")
   if os.path.exists(index):
-    files = sorted(set(_read_json(index)["weight_map"].values()))
+    data = _read_json(index)
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if weight_map is None:
+      raise ValueError(f"{index} has no \"weight_map\" (tensor name -> "
+                       "shard file): a damaged or incomplete index?")
+    if (not isinstance(weight_map, dict)
+        or not all(isinstance(v, str) for v in weight_map.values())):
+      raise ValueError(f"{index}: \"weight_map\" is not an object of "
+                       "tensor name -> shard file name: "
+                       f"{json.dumps(weight_map)[:80]}")
+    files = sorted(set(weight_map.values()))
     missing = [n for n in files if not os.path.exists(os.path.join(path, n))]
     if missing:
       raise FileNotFoundError(
@@ -422,8 +492,14 @@ def save_pretrained(path: str, config: model_lib.ModelConfig, params: Params,
   Shards larger models into `model-0000i-of-0000n.safetensors` files with a
   `model.safetensors.index.json`, as transformers does. Over an earlier save,
   the new files are written under temporary names first; the old weights go
-  only once all of them are complete, and config.json is replaced last. A
-  bad `dtype` (or one the weights overflow) leaves the folder as it was.
+  only once all of them are complete, and config.json is replaced last.
+  Every file is synced before its rename and the folder after the renames,
+  so a power cut leaves the old save or the new one. A bad `dtype` (float64,
+  or one the weights overflow) leaves the folder as it was.
+
+  Raises:
+    ValueError: `dtype` (or the config's param_dtype) is float64, or the
+      weights overflow it.
   """
   tensors = params_to_hf_tensors(config, params, dtype=dtype)  # may raise
   hf_cfg = config.to_hf()
@@ -452,10 +528,9 @@ def save_pretrained(path: str, config: model_lib.ModelConfig, params: Params,
       fname = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
       write_safetensors(tmp(fname), shard)
       weight_map.update({k: fname for k in shard})
-    with open(tmp("model.safetensors.index.json"), "w") as f:
-      json.dump({"metadata": {}, "weight_map": weight_map}, f, indent=1)
-  with open(tmp("config.json"), "w") as f:
-    json.dump(hf_cfg, f, indent=1)
+    _write_json(tmp("model.safetensors.index.json"),
+                {"metadata": {}, "weight_map": weight_map})
+  _write_json(tmp("config.json"), hf_cfg)
   # Weights of an earlier save would be read instead of (or mixed with) these:
   # an index left behind wins over a new single file.
   for name in os.listdir(path):
@@ -464,6 +539,7 @@ def save_pretrained(path: str, config: model_lib.ModelConfig, params: Params,
       os.remove(os.path.join(path, name))
   for name in written:  # config.json last
     os.replace(os.path.join(path, name + ".tmp"), os.path.join(path, name))
+  _sync_folder(path)
   if tokenizer is not None:
     tokenizer.save_pretrained(path)
 

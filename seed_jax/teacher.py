@@ -11,6 +11,8 @@ import concurrent.futures
 import http.client
 import json
 import logging
+import math
+import numbers
 import os
 import re
 import threading
@@ -226,7 +228,9 @@ class OpenAITeacher:
       backoff: first retry delay in seconds; doubles per retry.
       max_backoff: cap on one delay (also on a server's Retry-After).
       max_concurrency: most requests in flight at once from this client.
-      temperature: sampling temperature sent with each request.
+      temperature: sampling temperature sent with each request: a finite
+        number >= 0 (NaN or infinity is no JSON number, and a negative one
+        would have every request rejected).
       max_tokens: reply length limit sent with each request.
       mode: analysis prompt mode ("episode_only" or "episode_step").
       max_critical_steps: K for "episode_step".
@@ -236,8 +240,8 @@ class OpenAITeacher:
     Raises:
       ValueError: when no base URL or model is given or set, the base URL is
         not http(s)://host[:port][/path], the API key has a character an HTTP
-        header cannot carry (beyond latin-1, or a control character) or a
-        limit is out of range.
+        header cannot carry (beyond latin-1, or a control character), the
+        temperature is not a finite number >= 0, or a limit is out of range.
     """
     base_url = base_url or os.environ.get(ENV_BASE_URL, "")
     model = model or os.environ.get(ENV_MODEL, "")
@@ -263,6 +267,11 @@ class OpenAITeacher:
               "max_critical_steps >= 1": max_critical_steps >= 1,
               "max_prompt_chars >= 1 or None": (max_prompt_chars is None
                                                 or max_prompt_chars >= 1)}
+    if (isinstance(temperature, bool)
+        or not isinstance(temperature, numbers.Real)
+        or not math.isfinite(temperature) or temperature < 0):
+      raise ValueError(f"teacher temperature {temperature!r}: need a finite "
+                       "number >= 0 (e.g. 0.0 for greedy replies)")
     broken = [name for name, ok in limits.items() if not ok]
     if broken:
       raise ValueError(f"teacher settings out of range: need "

@@ -3,6 +3,7 @@
 import json
 import os
 import re
+import shutil
 
 from etils import epath
 import jax
@@ -101,7 +102,8 @@ def _exit_message(argv) -> str:
     ("hf_to_orbax", {"mesh": "3,1,1"}, "needs 3 devices, 8 available"),
     ("orbax_to_hf", {"dtype": "float7"}, "--dtype: dtype 'float7' cannot"),
     ("orbax_to_hf", {"dtype": "int8"}, "--dtype: dtype 'int8' cannot hold"),
-    ("hf_to_orbax", {"dtype": "bfloat16"}, "--dtype is for orbax_to_hf"),
+    ("orbax_to_hf", {"dtype": "float64"}, "--dtype: dtype float64: JAX"),
+    ("hf_to_orbax", {"dtype": "float64"}, "--dtype: dtype float64: JAX"),
     ("hf_to_orbax", {"dst": "{hf}"}, "destination .* is the source folder"),
 ])
 def test_bad_flags_are_one_line_errors_and_write_nothing(
@@ -218,3 +220,96 @@ def test_a_tied_config_with_its_own_lm_head_converts_untied(tmp_path):
   assert not restored_config.tie_embeddings
   np.testing.assert_array_equal(np.asarray(restored["lm_head"]["kernel"]),
                                 np.asarray(params["lm_head"]["kernel"]))
+
+
+@pytest.mark.parametrize("direction", ["hf_to_orbax", "orbax_to_hf"])
+def test_a_link_to_the_source_or_a_folder_in_it_is_refused(
+    folders, tmp_path, monkeypatch, direction):
+  # Through the link the source's config.json would be rewritten.
+  src = folders[0] if direction == "hf_to_orbax" else folders[1]
+  os.symlink(src, tmp_path / "link")
+  before = sorted(os.listdir(src))
+  _no_reading(monkeypatch)
+  message = _exit_message([direction, f"--src={src}",
+                           f"--dst={tmp_path}/link"])
+  assert re.search(r"destination '.*/link' is the source folder \(.* through "
+                   r"a link\)", message), message
+  message = _exit_message([direction, f"--src={tmp_path}/link",
+                           f"--dst={src}/params"])
+  assert "lies inside the source folder" in message, message
+  with pytest.raises(ValueError, match="is the source folder"):
+    getattr(convert, direction)(src, str(tmp_path / "link"))
+  assert sorted(os.listdir(src)) == before
+
+
+def test_an_index_without_a_weight_map_is_a_one_line_error(folders, tmp_path):
+  src = str(tmp_path / "hf")
+  shutil.copytree(folders[0], src)
+  index = os.path.join(src, "model.safetensors.index.json")
+  with open(index, "w") as f:
+    json.dump({"metadata": {}}, f)
+  message = _exit_message(["hf_to_orbax", f"--src={src}",
+                           f"--dst={tmp_path}/out"])
+  assert message == (f'error: {index} has no "weight_map" (tensor name -> '
+                     "shard file): a damaged or incomplete index?")
+
+
+@pytest.mark.parametrize("says", ["torch_dtype", "safetensors"])
+def test_float64_weights_need_an_explicit_float32(tmp_path, says):
+  # JAX (without x64) has no float64: the weights would be rounded to float32
+  # and saved under a float64 label, both ways.
+  config = testing.tiny_config(family="llama")
+  src, ckpt, back = (str(tmp_path / n) for n in ("hf", "orbax", "back"))
+  hf.save_pretrained(src, config, model_lib.init_params(config,
+                                                        jax.random.key(0)))
+  path = os.path.join(src, "model.safetensors")
+  wide = {k: np.asarray(v, np.float64) + 1e-12  # not a float32 value
+          for k, v in hf.read_safetensors(path).items()}
+  hf.write_safetensors(path, wide)
+  with open(os.path.join(src, "config.json")) as f:
+    cfg = json.load(f)
+  cfg["torch_dtype"] = "float64" if says == "torch_dtype" else "auto"
+  with open(os.path.join(src, "config.json"), "w") as f:
+    json.dump(cfg, f)
+  message = _exit_message(["hf_to_orbax", f"--src={src}", f"--dst={ckpt}"])
+  assert re.search(r"weights in '.*/hf' are float64, which JAX .* cannot "
+                   "hold; convert them rounded to float32 with "
+                   "--dtype=float32", message), message
+  assert not os.path.exists(ckpt)
+  with pytest.raises(ValueError, match="are float64"):
+    convert.hf_to_orbax(src, ckpt)
+  # Asked for: float32 values, and every label says so.
+  convert.main(["hf_to_orbax", f"--src={src}", f"--dst={ckpt}",
+                "--dtype=float32"])
+  with open(os.path.join(ckpt, "config.json")) as f:
+    assert json.load(f)["torch_dtype"] == "float32"
+  restored_config, restored = convert.restore_params(ckpt)
+  assert restored_config.param_dtype == "float32"
+  assert {str(x.dtype) for x in jax.tree.leaves(restored)} == {"float32"}
+  assert "--dtype: dtype float64" in _exit_message(
+      ["orbax_to_hf", f"--src={ckpt}", f"--dst={back}", "--dtype=float64"])
+  convert.main(["orbax_to_hf", f"--src={ckpt}", f"--dst={back}"])
+  with open(os.path.join(back, "config.json")) as f:
+    assert json.load(f)["torch_dtype"] == "float32"
+  got = hf.read_safetensors(os.path.join(back, "model.safetensors"))
+  for name, want in wide.items():
+    assert got[name].dtype == np.float32, name
+    np.testing.assert_array_equal(got[name], want.astype(np.float32),
+                                  err_msg=name)
+
+
+def test_an_orbax_folder_labelled_float64_is_refused(folders, tmp_path):
+  # As an earlier hf_to_orbax wrote float64 weights: float32 values.
+  ckpt = str(tmp_path / "orbax")
+  shutil.copytree(folders[1], ckpt)
+  with open(os.path.join(ckpt, "config.json")) as f:
+    cfg = json.load(f)
+  cfg["torch_dtype"] = "float64"
+  with open(os.path.join(ckpt, "config.json"), "w") as f:
+    json.dump(cfg, f)
+  with pytest.raises(ValueError, match=r"config.json says the parameters are "
+                     "float64, .* set its torch_dtype to float32"):
+    convert.restore_params(ckpt)
+  assert "set its torch_dtype to float32" in _exit_message(
+      ["orbax_to_hf", f"--src={ckpt}", f"--dst={tmp_path}/back"])
+  assert not os.path.exists(tmp_path / "back")

@@ -34,6 +34,18 @@ def test_processes_without_a_coordinator_are_refused():
   assert not distributed.initialize(env={"SEED_NUM_PROCESSES": "1"})
 
 
+def test_a_bad_local_device_count_is_named(monkeypatch):
+  updates = []
+  monkeypatch.setattr(jax.config, "update", lambda *a: updates.append(a))
+  for value in ("four", "2.5", "0", "-1"):
+    with pytest.raises(ValueError, match=f"SEED_LOCAL_DEVICES={value!r}: use "
+                       "a count of fake CPU devices per process"):
+      distributed.initialize(env={"SEED_LOCAL_DEVICES": value})
+  assert not updates
+  assert not distributed.initialize(env={"SEED_LOCAL_DEVICES": "4"})
+  assert updates == [("jax_num_cpu_devices", 4)]
+
+
 def test_local_device_ids_reach_jax(monkeypatch):
   # Under Slurm, JAX would otherwise give a process one GPU per node.
   calls = []

@@ -6,6 +6,7 @@ import os
 import re
 
 import jax
+import numpy as np
 import pytest
 
 from seed_jax import hf
@@ -162,3 +163,77 @@ def test_a_demo_warm_start_keeps_the_dtype_override(tmp_path, monkeypatch):
     assert policy.config.param_dtype == "float32"
   assert policies.prepare(tmp_path / "w3",
                           cache_dir=cache).config.dtype == "float32"
+
+
+@pytest.mark.parametrize("index,match", [
+    ({"metadata": {}}, 'has no "weight_map"'),
+    ({"weight_map": ["model.safetensors"]}, '"weight_map" is not an object'),
+    ({"weight_map": {"model.norm.weight": 3}},
+     '"weight_map" is not an object'),
+    ([1, 2], 'has no "weight_map"'),
+])
+def test_an_index_without_a_weight_map_is_named(tmp_path, index, match):
+  folder = _model_folder(tmp_path / "m")
+  path = os.path.join(folder, "model.safetensors.index.json")
+  with open(path, "w") as f:
+    json.dump(index, f)
+  with pytest.raises(ValueError, match=f"{re.escape(path)}:? {match}"):
+    hf.load_pretrained(folder)
+
+
+def test_float64_parameters_are_refused_not_rounded(tmp_path):
+  # JAX without x64 would hold float32 values under a float64 label.
+  folder = _model_folder(tmp_path / "m")
+  with pytest.raises(ValueError, match="parameter dtype float64: JAX"):
+    hf.load_pretrained(folder, param_dtype="float64")
+  config, params = hf.load_pretrained(folder)
+  with pytest.raises(ValueError, match="safetensors dtype float64: JAX"):
+    hf.save_pretrained(str(tmp_path / "out"), config, params, dtype="float64")
+  assert not os.path.exists(tmp_path / "out")
+  # Float64 weights load into float32 when asked to (the default).
+  path = os.path.join(folder, "model.safetensors")
+  tensors = {k: np.asarray(v, np.float64)
+             for k, v in hf.read_safetensors(path).items()}
+  hf.write_safetensors(path, tensors)
+  config, params = hf.load_pretrained(folder)
+  assert config.param_dtype == "float32"
+  assert {str(x.dtype) for x in jax.tree.leaves(params)} == {"float32"}
+
+
+def test_safetensors_are_synced_before_and_after_the_rename(tmp_path,
+                                                            monkeypatch):
+  # As atomic.py: a power cut leaves the old file or the new one, not an
+  # empty one.
+  events, moves = [], []
+  real_fsync, real_replace = os.fsync, os.replace
+
+  def fsync(fd):
+    events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+    real_fsync(fd)
+
+  def replace(src, dst):
+    events.append(("replace", os.fspath(src)))
+    moves.append((os.fspath(src), os.fspath(dst)))
+    return real_replace(src, dst)
+
+  monkeypatch.setattr(os, "fsync", fsync)
+  monkeypatch.setattr(os, "replace", replace)
+  path = str(tmp_path / "w.safetensors")
+  hf.write_safetensors(path, {"a": np.arange(4, dtype=np.float32)})
+  assert events == [("fsync", path + ".tmp"), ("replace", path + ".tmp"),
+                    ("fsync", str(tmp_path))]
+  np.testing.assert_array_equal(hf.read_safetensors(path)["a"], np.arange(4))
+  # save_pretrained: every file synced before its rename, the folder after.
+  events.clear()
+  moves.clear()
+  config = testing.tiny_config()
+  folder = str(tmp_path / "m")
+  hf.save_pretrained(folder, config,
+                     model_lib.init_params(config, jax.random.key(0)))
+  synced = {p for e, p in events if e == "fsync"}  # data synced under a name
+  for src, dst in moves:
+    assert src in synced, src
+    synced.add(dst)
+  assert {os.path.join(folder, n)
+          for n in ("model.safetensors", "config.json")} <= synced
+  assert events[-1] == ("fsync", folder)

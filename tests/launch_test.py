@@ -2,7 +2,9 @@
 
 import os
 import shlex
+import socket
 import subprocess
+import sys
 import time
 
 import pytest
@@ -53,9 +55,13 @@ def test_tpu_vm_up_prints_every_command(fake_bin):
       "seed-pod:~/seed_jax_code.tgz --worker=all --zone=us-east5-a",
       f"{ssh} --worker=all '--command=mkdir -p ~/seed_jax && tar -xzf "
       "~/seed_jax_code.tgz -C ~/seed_jax' --zone=us-east5-a",
-      f"{ssh} --worker=all \"--command=cd ~/seed_jax && python3 -m venv .venv "
-      "&& .venv/bin/pip install -q -r requirements.txt 'jax[tpu]==0.10.2' && "
-      ".venv/bin/pip install -q --no-deps -e .\" --zone=us-east5-a",
+      f"{ssh} --worker=all '--command=cd ~/seed_jax && if ! python3 -c "
+      "'\\''import sys; sys.exit(sys.version_info < (3, 11))'\\''; then echo "
+      "\"python3 on $(hostname) is $(python3 --version 2>&1): seed_jax needs "
+      "Python >= 3.11; install one and set PYTHON (e.g. PYTHON=python3.11)\" "
+      ">&2; exit 1; fi && python3 -m venv .venv && .venv/bin/pip install -q "
+      "-r requirements.txt '\\''jax[tpu]==0.10.2'\\'' && .venv/bin/pip "
+      "install -q --no-deps -e .' --zone=us-east5-a",
       f"{ssh} --worker=all '--command=cd ~/seed_jax || exit 1; if pgrep -f "
       "seed_jax[.]train > /dev/null; then echo a seed_jax trainer already "
       "runs on $(hostname), see ~/seed_jax.log >&2; exit 1; fi; "
@@ -129,6 +135,65 @@ def test_tpu_vm_run_refuses_beside_a_live_trainer_and_keeps_the_log(
   assert worker().returncode == 0
   assert (home / "seed_jax.log").read_text() == (
       "earlier run\nstarted --gin.X=1\n")
+
+
+def _stub_python(path, version):
+  """An interpreter that reports `version` and logs what else it runs; its
+  `-m venv .venv` makes a .venv/bin/pip that logs too."""
+  path.write_text(f"""#!{sys.executable}
+import os, sys
+args = sys.argv[1:]
+if args == ["--version"]:
+  print("Python {'.'.join(map(str, version))}")
+elif args[:1] == ["-c"]:
+  sys.version_info = {tuple(version) + ("final", 0)!r}
+  exec(args[1])
+else:
+  with open(os.path.join(os.environ["HOME"], "calls"), "a") as f:
+    f.write(" ".join([os.path.basename(sys.argv[0])] + args) + "\\n")
+  if args == ["-m", "venv", ".venv"]:
+    os.makedirs(".venv/bin")
+    with open(".venv/bin/pip", "w") as f:
+      f.write('#!/bin/sh\\necho pip "$@" >> "$HOME/calls"\\n')
+    os.chmod(".venv/bin/pip", 0o755)
+""")
+  path.chmod(0o755)
+
+
+@pytest.mark.parametrize("python,version,ok", [
+    (None, (3, 10, 12), False), ("python3.11", (3, 11, 9), True),
+    ("python3.9", (3, 9, 2), False)])
+def test_tpu_vm_install_checks_the_workers_python_first(fake_bin, tmp_path,
+                                                        python, version, ok):
+  # The pins (numpy 2.4, jax 0.10, ...) need Python 3.11; TPU VM images may
+  # ship 3.10, where pip would fail half way through the install.
+  env = dict(TPU) if python is None else dict(TPU, PYTHON=python)
+  line = _lines(_run(fake_bin, "tpu_vm.sh", "install", **env))[0]
+  remote = shlex.split(line)[7][len("--command="):]
+  home = tmp_path / "home"
+  (home / "seed_jax").mkdir(parents=True)
+  (home / "bin").mkdir()
+  _stub_python(home / "bin" / (python or "python3"), version)
+  res = subprocess.run(
+      ["bash", "-c", remote], cwd=home, capture_output=True, text=True,
+      timeout=30, env=dict(os.environ, HOME=str(home),
+                           PATH=f"{home / 'bin'}{os.pathsep}"
+                           f"{os.environ['PATH']}"))
+  calls = home / "calls"
+  if ok:
+    assert res.returncode == 0, res.stderr
+    assert calls.read_text().splitlines() == [
+        f"{python} -m venv .venv",
+        "pip install -q -r requirements.txt jax[tpu]==0.10.2",
+        "pip install -q --no-deps -e ."]
+  else:
+    assert res.returncode == 1
+    shown = ".".join(map(str, version))
+    assert (f"{python or 'python3'} on {socket.gethostname()} is Python "
+            f"{shown}: seed_jax needs Python >= 3.11") in res.stderr
+    assert "PYTHON=python3.11" in res.stderr
+    assert not calls.exists()  # no venv, no pip
+    assert not (home / "seed_jax" / ".venv").exists()
 
 
 def test_tpu_vm_copy_ships_what_git_does_not_ignore(fake_bin, tmp_path):

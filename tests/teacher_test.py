@@ -315,6 +315,19 @@ def test_settings_out_of_range_are_refused_up_front(setting):
     OpenAITeacher("http://127.0.0.1:1/v1", "m", **setting)
 
 
+@pytest.mark.parametrize("temperature", [
+    float("nan"), float("inf"), -0.5, "0.7", None, True])
+def test_a_bad_temperature_is_refused_up_front(temperature):
+  # NaN and infinity would be sent as invalid JSON, a negative one would have
+  # every prompt rejected (HTTP 400) and counted as unparsed.
+  with pytest.raises(ValueError, match=r"teacher temperature .*: need a "
+                     "finite number >= 0"):
+    OpenAITeacher("http://127.0.0.1:1/v1", "m", temperature=temperature)
+  for ok in (0, 0.0, 1.3):
+    assert OpenAITeacher("http://127.0.0.1:1/v1", "m",
+                         temperature=ok).temperature == ok
+
+
 def test_a_redirect_is_not_followed(server):
   t = _teacher(server.base_url)
   with pytest.raises(TeacherUnavailableError,
