@@ -39,6 +39,22 @@ def dense_ids(ids: Sequence[Any] | np.ndarray) -> tuple[np.ndarray, int]:
   return out, len(index)
 
 
+def _check_ids(name: str, ids: Any, num: int, count: str,
+               mask: Any = None) -> None:
+  """Raises ValueError when concrete `ids` (the rows of a concrete `mask`)
+  fall outside [0, num): segment sums would drop them or clamp their
+  gathers, silently. Traced ids (under jit) are not checked."""
+  if isinstance(ids, jax.core.Tracer):
+    return
+  ids = np.asarray(ids).reshape(-1)
+  if mask is not None and not isinstance(mask, jax.core.Tracer):
+    ids = ids[np.asarray(mask, bool).reshape(-1)]
+  if ids.size and (ids.min() < 0 or ids.max() >= num):
+    raise ValueError(f"{name} must lie in [0, {count}={num}), got ids in "
+                     f"[{ids.min()}, {ids.max()}]; pass dense ids (see "
+                     f"`dense_ids`) and their count")
+
+
 @register("sample_scores")
 def sample_scores(episode_returns: jax.Array, action_valid: jax.Array, *,
                   invalid_penalty: float = 0.1) -> jax.Array:
@@ -88,7 +104,9 @@ def grpo(scores: jax.Array, group_ids: jax.Array, traj_ids: jax.Array, *,
   exactly 0 rather than float32 rounding divided by eps.
 
   Jit-compatible when `num_groups` and `num_trajs` are given (they, `norm` and
-  `stats_over` are static); ids must be dense (see `dense_ids`).
+  `stats_over` are static); ids must be dense (see `dense_ids`). Concrete
+  (host or unjitted) ids are checked against those counts; traced ones are
+  not, and an id out of range there is silently dropped from the statistics.
 
   Args:
     scores: [N] per-sample scores S_i.
@@ -107,7 +125,9 @@ def grpo(scores: jax.Array, group_ids: jax.Array, traj_ids: jax.Array, *,
     [N] float32 advantages.
 
   Raises:
-    ValueError: for an unknown `norm` or `stats_over`.
+    ValueError: for an unknown `norm` or `stats_over`, or concrete ids
+      outside [0, num_groups) (group_ids) or [0, num_trajs) (traj_ids, with
+      "trajectories"), on the rows of `sample_mask` when it is concrete.
   """
   if norm not in NORMS:
     raise ValueError(f"unknown norm {norm!r}; known: {list(NORMS)}")
@@ -117,6 +137,9 @@ def grpo(scores: jax.Array, group_ids: jax.Array, traj_ids: jax.Array, *,
     num_groups = int(np.max(group_ids)) + 1
   if num_trajs is None:
     num_trajs = int(np.max(traj_ids)) + 1
+  _check_ids("group_ids", group_ids, num_groups, "num_groups", sample_mask)
+  if stats_over == "trajectories":
+    _check_ids("traj_ids", traj_ids, num_trajs, "num_trajs", sample_mask)
   g = jnp.asarray(group_ids, jnp.int32)
   m = (jnp.ones(g.shape, bool) if sample_mask is None
        else jnp.asarray(sample_mask, bool))
@@ -228,13 +251,19 @@ def gigpo_step_advantage(step_returns: Sequence[float] | np.ndarray,
     [N] float32 step advantages.
 
   Raises:
-    ValueError: for an unknown `norm`.
+    ValueError: for an unknown `norm`, or inputs of different lengths.
   """
   if norm not in NORMS:
     raise ValueError(f"unknown norm {norm!r}; known: {list(NORMS)}")
+  group_ids, observations = list(group_ids), list(observations)
   g = np.asarray(step_returns, np.float64)
+  if not len(g) == len(group_ids) == len(observations):
+    raise ValueError(f"gigpo_step_advantage needs one group id and one "
+                     f"observation per step return: got {len(g)} returns, "
+                     f"{len(group_ids)} group ids, {len(observations)} "
+                     "observations")
   members: dict[tuple[Any, str], list[int]] = {}
-  for i, key in enumerate(zip(list(group_ids), observations)):
+  for i, key in enumerate(zip(group_ids, observations)):
     members.setdefault(key, []).append(i)
   out = np.zeros_like(g)
   for idx in members.values():

@@ -35,9 +35,11 @@ from seed_jax import partitioning
 from seed_jax import rollout as rollout_lib
 from seed_jax import sampler as sampler_lib
 from seed_jax import sft as sft_lib
+from seed_jax import skills
 from seed_jax import stage1 as stage1_lib
 
 SOURCES = ("demo", "hf", "gguf")
+STAGE1_ANNOTATORS = ("rule", "teacher")
 
 
 @dataclasses.dataclass
@@ -50,7 +52,12 @@ class Policy:
 
 @dataclasses.dataclass(frozen=True)
 class Stage1Config:
-  """Stage 1: roll out, annotate, fine-tune on (analysis prompt -> JSON)."""
+  """Stage 1: roll out, annotate, fine-tune on (analysis prompt -> JSON).
+
+  Raises ValueError when built with an unknown annotator or analysis_mode,
+  a size or count below 1, a learning_rate not positive and finite, or a
+  max_prompt_tokens over the largest bucket: before the warm start trains.
+  """
   num_tasks: int = 180
   group_size: int = 8
   max_steps: int = 30
@@ -79,11 +86,25 @@ class Stage1Config:
   tasks_per_batch: int | None = None
 
   def __post_init__(self):
+    if self.annotator not in STAGE1_ANNOTATORS:
+      raise ValueError(f"Stage1Config.annotator must be one of "
+                       f"{STAGE1_ANNOTATORS}, got {self.annotator!r}")
+    if self.analysis_mode not in skills.MODES:
+      raise ValueError(f"Stage1Config.analysis_mode must be one of "
+                       f"{skills.MODES}, got {self.analysis_mode!r}")
+    for name in ("num_tasks", "group_size", "max_steps", "epochs",
+                 "batch_size", "response_len_max"):
+      if getattr(self, name) < 1:
+        raise ValueError(f"Stage1Config.{name} must be >= 1, got "
+                         f"{getattr(self, name)}")
+    if not 0 < self.learning_rate < float("inf"):
+      raise ValueError("Stage1Config.learning_rate must be positive and "
+                       f"finite, got {self.learning_rate}")
     if self.tasks_per_batch is not None and self.tasks_per_batch < 1:
       raise ValueError("Stage1Config.tasks_per_batch must be >= 1 or None "
                        f"(all at once), got {self.tasks_per_batch}")
-    # Here, before the warm start; run_stage1 also checks the room the
-    # model's context leaves beside response_len_max.
+    # run_stage1 also checks the room the model's context leaves beside
+    # response_len_max.
     if (self.max_prompt_tokens is not None
         and self.max_prompt_tokens > max(self.buckets)):
       raise ValueError(

@@ -136,11 +136,30 @@ def evaluate(params, config, tokenizer, records: Sequence[stage1.Record], *,
   """
   _check("batch_size", batch_size, batch_size >= 1, "at least 1")
   policy = _policy(config, tokenizer, buckets, response_len_max, batch_size)
+  examples, counts = _encode_validation(records, policy, response_len_max)
+  return _evaluate(params, config, policy, examples, counts,
+                   response_len_max=response_len_max, rng=rng,
+                   batch_size=batch_size)
+
+
+def _encode_validation(records: Sequence[stage1.Record],
+                       policy: rollout_lib.Policy, response_len_max: int
+                       ) -> tuple[list[Example], collections.Counter]:
+  """The validation examples and the skipped counts; ValueError when none
+  fits."""
   counts = collections.Counter()
   examples = _encode(records, policy, response_len_max, counts)
   if not examples:
     raise ValueError("no validation record fits the buckets and "
                      f"response_len_max ({dict(counts)})")
+  return examples, counts
+
+
+def _evaluate(params, config, policy: rollout_lib.Policy,
+              examples: Sequence[Example], counts: collections.Counter, *,
+              response_len_max: int, rng: jax.Array,
+              batch_size: int) -> dict[str, Any]:
+  """`evaluate` on examples already encoded for `policy`."""
   nll = tokens = exact = f1 = 0.0
   parse, sample = skills.ParseStats(), ""
   for rows in _batches(examples, batch_size, policy.buckets):
@@ -267,7 +286,8 @@ def sft(params, config, tokenizer, train_records: Sequence[stage1.Record],
 
   Raises:
     FileExistsError: `checkpoint_dir` exists (checked before training).
-    ValueError: no training record fits, or a knob is out of range (epochs,
+    ValueError: no training record fits, or `val_records` are given and
+      none fits (both before training), or a knob is out of range (epochs,
       batch_size, learning_rate, warmup_fraction, weight_decay, grad_clip,
       response_len_max, log_every), or `batch_size` does not split over
       `mesh`'s data x fsdp devices (before anything compiles).
@@ -297,6 +317,10 @@ def sft(params, config, tokenizer, train_records: Sequence[stage1.Record],
   train = _encode(train_records, policy, response_len_max, counts)
   if not train:
     raise ValueError(f"no training record fits ({dict(counts)})")
+  # Before training: a validation set that cannot be scored fails now, not
+  # after the training it would have thrown away.
+  val = (_encode_validation(val_records, policy, response_len_max)
+         if val_records else None)
   host_rng = _host_rng(rng)
   per_epoch = len(_batches(train, batch_size, policy.buckets))
   total = epochs * per_epoch
@@ -331,10 +355,10 @@ def sft(params, config, tokenizer, train_records: Sequence[stage1.Record],
       steps=total, epochs=epochs, train_examples=len(train),
       train_loss=float(applied.mean()) if applied.size else float("nan"),
       skipped_updates=int(skipped.sum()), **counts)
-  if val_records:
-    report.update(evaluate(state.params, config, tokenizer, val_records,
-                           response_len_max=response_len_max, rng=rng,
-                           batch_size=batch_size, buckets=buckets))
+  if val is not None:
+    report.update(_evaluate(state.params, config, policy, *val,
+                            response_len_max=response_len_max, rng=rng,
+                            batch_size=batch_size))
   if ckpt_path is not None:
     with ocp.StandardCheckpointer() as ckpt:  # written to a tmp dir, renamed
       ckpt.save(ckpt_path, state.params)

@@ -33,7 +33,11 @@ from seed_jax.episodes import Episode
 
 DATASET_NAME = "seed_stage1"
 FIELDS = ("prompt", "response", "task", "family", "success")
-Record = dict[str, Any]  # FIELDS: four str and success (bool)
+# The episode's task seed (int), which identifies its task (`split_records`):
+# in records of `collect_records`, not in those of older journals and
+# datasets, nor in the demo's.
+SEED = "seed"
+Record = dict[str, Any]  # FIELDS: four str and success (bool); SEED if known
 Reply = Mapping[str, Any] | str | skills.Analysis | skills.ParseError | None
 _COUNTS = ("tasks", "episodes", "successes", "env_steps", "env_errors",
            "steps_cut", "prompt_too_long")
@@ -257,7 +261,8 @@ def collect_records(
     journal_meta: more settings a rerun must share (e.g. the annotator).
 
   Returns:
-    (records, stats): records (dicts with FIELDS) in episode order; stats:
+    (records, stats): records (dicts with FIELDS and SEED; those read back
+    from a journal kept by older code lack SEED) in episode order; stats:
     tasks, episodes, successes, env_steps, env_errors, steps_cut (in kept
     prompts), prompt_too_long, records, parsed, failed, parse_rate and
     failed/<reason>.
@@ -344,7 +349,8 @@ def collect_records(
         continue
       counts["steps_cut"] += built.steps_cut
       out.append(dict(prompt=built.text, response=analysis.to_json(),
-                      task=ep.task, family=ep.family, success=bool(ep.success)))
+                      task=ep.task, family=ep.family, success=bool(ep.success),
+                      seed=int(ep.seed)))
     counts.update({n: v for n, v in parsed.as_dict().items()
                    if n != "parse_rate"})
     return out, counts, error
@@ -386,7 +392,14 @@ def _features() -> tfds.features.FeaturesDict:
   text = tfds.features.Text
   return tfds.features.FeaturesDict(dict(
       prompt=text(), response=text(), task=text(), family=text(),
-      success=tfds.features.Scalar(dtype=np.bool_)))
+      success=tfds.features.Scalar(dtype=np.bool_),
+      seed=tfds.features.Scalar(dtype=np.int64)))  # -1: not known
+
+
+def _seed(record: Mapping[str, Any]) -> int | None:
+  """The record's task seed, or None when it has none (older records)."""
+  seed = record.get(SEED)
+  return None if seed is None or int(seed) < 0 else int(seed)
 
 
 class _LocalInfo(tfds.core.DatasetInfo):
@@ -426,22 +439,34 @@ class _Builder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
 
   def _generate_examples(self, records):
     for i, r in enumerate(records):
-      yield i, {f: bool(r[f]) if f == "success" else str(r[f]) for f in FIELDS}
+      seed = _seed(r)
+      yield i, dict(
+          {f: bool(r[f]) if f == "success" else str(r[f]) for f in FIELDS},
+          seed=-1 if seed is None else seed)
 
 
 def split_records(records: Sequence[Record], *, validation_fraction: float,
                   seed: int) -> tuple[list[Record], list[Record]]:
   """Deterministic train/validation split by task.
 
+  A task is an environment seed (a record's SEED): both Sokoban environments
+  give every level the same task text, and household gives one text to
+  several seeds (mostly in other rooms), so the text does not tell tasks
+  apart.
+  Records without SEED (from journals kept by older code) are grouped by
+  their task text instead: still never a text in both splits, but with one
+  text for every Sokoban level they fall back to single records (below).
+
   The target is round(n * fraction) records (at least one, never all). Tasks
-  (one task text each, in an order drawn from `seed`) are taken whole until
+  (in an order drawn from the `seed` argument) are taken whole until
   validation reaches the target; a task joins only if that leaves validation
   no farther from the target than before and train keeps a record. So a task
   is never in both splits, and validation scores analyses of unseen tasks. It
   may end off the target by less than one task either way, or empty when every
   task is too large (16 records of two tasks at fraction 0.1: target 2, no
   validation, where a task would give 8). With a single task, records are
-  split instead (exactly the target). Each split keeps the input order.
+  split instead (exactly the target), and validation shares its task. Each
+  split keeps the input order.
 
   Returns:
     (train, validation).
@@ -450,9 +475,11 @@ def split_records(records: Sequence[Record], *, validation_fraction: float,
   if validation_fraction <= 0 or n < 2:
     return list(records), []
   target = min(max(round(n * validation_fraction), 1), n - 1)
-  groups: dict[str, list[int]] = {}
+  groups: dict[tuple[str, Any], list[int]] = {}
   for i, r in enumerate(records):
-    groups.setdefault(r["task"], []).append(i)
+    task_seed = _seed(r)
+    key = ("task", r["task"]) if task_seed is None else ("seed", task_seed)
+    groups.setdefault(key, []).append(i)
   order = np.random.default_rng(seed).permutation(len(groups))
   members = list(groups.values())
   if len(members) < 2:
@@ -484,7 +511,8 @@ def write_dataset(records: Sequence[Record], data_dir: epath.PathLike, *,
   `tfds.builder_from_directory(...)`.
 
   Args:
-    records: dicts with FIELDS (from `collect_records`).
+    records: dicts with FIELDS, and SEED where known (from
+      `collect_records`); SEED is written as -1 where not.
     data_dir: the TFDS data directory.
     name: the dataset name.
     validation_fraction, seed: of `split_records` (same inputs, same split).
@@ -533,7 +561,8 @@ def write_dataset(records: Sequence[Record], data_dir: epath.PathLike, *,
 
 
 class RecordSource(collections.abc.Sequence):
-  """A split as a random-access sequence of records (text fields as str); a
+  """A split as a random-access sequence of records (text fields as str;
+  SEED where the dataset knows it, not in one written by older code); a
   grain RandomAccessDataSource, e.g. `grain.MapDataset.source(source)`."""
 
   def __init__(self, source):
@@ -546,9 +575,13 @@ class RecordSource(collections.abc.Sequence):
     if not -len(self) <= index < len(self):
       raise IndexError(f"record {index} of {len(self)}")
     ex = self._source[index % len(self)]
-    return {f: bool(ex[f]) if f == "success" else
-            ex[f].decode("utf-8") if isinstance(ex[f], bytes) else str(ex[f])
-            for f in FIELDS}
+    record = {f: bool(ex[f]) if f == "success" else
+              ex[f].decode("utf-8") if isinstance(ex[f], bytes) else str(ex[f])
+              for f in FIELDS}
+    seed = _seed(ex)
+    if seed is not None:
+      record[SEED] = seed
+    return record
 
 
 def read_dataset(data_dir: epath.PathLike, split: str, *,

@@ -99,6 +99,33 @@ def test_grpo_unjitted_host_ids_and_errors():
                     stats_over="z")
 
 
+def test_grpo_rejects_concrete_ids_out_of_range():
+  # Too few groups used to drop group 2 from the statistics (its gathers
+  # clamped to group 1) without a word.
+  scores = np.array([1.0, 0.0, 1.0, 0.0, 5.0, 3.0], np.float32)
+  groups, trajs = np.array([0, 0, 1, 1, 2, 2]), np.arange(6)
+  with pytest.raises(ValueError, match=r"group_ids must lie in \[0, "
+                     r"num_groups=2\), got ids in \[0, 2\]"):
+    advantages.grpo(scores, groups, trajs, num_groups=2, num_trajs=6)
+  with pytest.raises(ValueError, match=r"num_trajs=4\)"):
+    advantages.grpo(scores, groups, trajs, num_groups=3, num_trajs=4,
+                    stats_over="trajectories")
+  with pytest.raises(ValueError, match=r"got ids in \[-1, 1\]"):
+    advantages.grpo(scores, np.array([0, 0, 1, 1, -1, -1]), trajs,
+                    num_groups=2, num_trajs=6)
+  # Concrete device arrays are checked too; padding rows are not.
+  with pytest.raises(ValueError, match="num_groups=2"):
+    advantages.grpo(jax.numpy.asarray(scores), jax.numpy.asarray(groups),
+                    trajs, num_groups=2, num_trajs=6)
+  got = advantages.grpo(scores, groups, trajs, num_groups=2, num_trajs=6,
+                        sample_mask=np.array([True] * 4 + [False] * 2))
+  np.testing.assert_array_equal(np.asarray(got)[4:], [0.0, 0.0])
+  # Under jit the ids are traced: no check, and it still compiles.
+  fn = jax.jit(functools.partial(advantages.grpo, num_groups=3, num_trajs=6))
+  np.testing.assert_allclose(fn(scores, groups, trajs)[4:],
+                             advantages.grpo(scores, groups, trajs)[4:])
+
+
 def test_dense_ids():
   ids, n = advantages.dense_ids(["b", "a", "b", "c"])
   np.testing.assert_array_equal(ids, [0, 1, 0, 2])
@@ -182,6 +209,14 @@ def test_gigpo_step_advantage():
   got = advantages.gigpo_step_advantage(
       [1.0, 0.5, 0.0, 0.3], [0, 0, 0, 1], ["a", "b", "a", "a"], norm="mean_norm")
   np.testing.assert_allclose(got, [0.5, 0.5, -0.5, 0.3], rtol=1e-6)
+
+
+def test_gigpo_step_advantage_rejects_unequal_lengths():
+  # A short id list used to leave the last steps out (advantage 0).
+  with pytest.raises(ValueError, match="3 returns, 2 group ids, 3 obs"):
+    advantages.gigpo_step_advantage([1.0, 0.0, 1.0], [0, 0], ["a", "a", "a"])
+  with pytest.raises(ValueError, match="3 returns, 3 group ids, 2 obs"):
+    advantages.gigpo_step_advantage([1.0, 0.0, 1.0], [0, 0, 0], ["a", "a"])
 
 
 def test_discounted_returns_interleaved():

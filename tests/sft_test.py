@@ -160,6 +160,32 @@ def test_warmup_leaves_the_cosine_a_step(monkeypatch, records, epochs,
       (warmup, records * epochs)]
 
 
+def test_validation_that_cannot_fit_fails_before_training(monkeypatch):
+  # Before, the error came after every epoch, and the trained params were
+  # lost with it.
+  tok, config = _tiny_tokenizer_and_config()
+  steps = []
+
+  def jit_train_step(tx, loss_fn):  # scripted: no model is compiled
+    del tx, loss_fn
+    def step(state, batch):
+      steps.append(batch)
+      return state, dict(loss=np.float32(1.0), skipped=np.float32(0.0),
+                         grad_norm=np.float32(1.0))
+    return step
+
+  monkeypatch.setattr(sft.train_step_lib, "jit_train_step", jit_train_step)
+  long = dict(prompt="look", response="go to the desk " * 8)
+  with pytest.raises(ValueError, match=r"no validation record fits the "
+                     r"buckets and response_len_max \(\{'skipped/response_"
+                     r"too_long': 2\}\)"):
+    sft.sft({"w": np.zeros(2, np.float32)}, config, tok,
+            [dict(prompt="look", response="go")] * 4, [long, long],
+            learning_rate=1e-3, rng=jax.random.key(0), epochs=2,
+            batch_size=2, buckets=(16,), response_len_max=8, log_every=0)
+  assert not steps
+
+
 def test_validation_analyses_cut_at_response_len_max_fail_as_truncated():
   tok, config = _tiny_tokenizer_and_config()
   params = model_lib.init_params(config, jax.random.key(0))

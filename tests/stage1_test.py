@@ -65,7 +65,8 @@ def test_collect_records_keeps_parseable_analyses():
   kept = [seen[k] for k in sorted(expected)]
   assert {r["success"] for r in records} == {True, False}
   for ep, k, r in zip(kept, sorted(expected), records):
-    assert set(r) == set(stage1.FIELDS)
+    assert set(r) == set(stage1.FIELDS) | {stage1.SEED}
+    assert r["seed"] == ep.seed  # the task's: what splits them
     # Byte-identical to the prompt RL's self-analysis builds.
     assert r["prompt"] == skills.build_analysis_prompt(ep).text
     assert r["response"] == json.dumps(expected[k], ensure_ascii=False)
@@ -194,7 +195,7 @@ def test_dataset_round_trip_is_deterministic(tmp_path, monkeypatch):
   # tfds and grain read it directly.
   builder = tfds.builder_from_directory(tmp_path / "a" / "seed_stage1" /
                                         "1.0.0")
-  assert set(builder.info.features) == set(stage1.FIELDS)
+  assert set(builder.info.features) == set(stage1.FIELDS) | {stage1.SEED}
   tasks = grain.MapDataset.source(val).map(lambda r: r["task"])
   assert sorted(tasks) == sorted(r["task"] for r in val)
 
@@ -237,6 +238,69 @@ def test_validation_stays_within_a_task_of_its_target():
                                       seed=seed)
     assert abs(len(val) - target) < 6 and val and train
     assert not {r["task"] for r in val} & {r["task"] for r in train}
+
+
+def _level(record):
+  """A Sokoban record's level: its first observation, the starting grid."""
+  p = record["prompt"]
+  start = p.index("Step 1\nObservation:")
+  return p[start:p.index("\nResponse:", start)]
+
+
+def test_validation_holds_sokoban_levels_unseen_in_train():
+  # Every level has one task text: split by text, the records fell back to
+  # single episodes, and episodes of one level landed in both splits.
+  pool_factory, generate = testing.scripted_rollouts(bad=lambda i: i % 2)
+  records, _ = stage1.collect_records(
+      generate, "sokoban", num_tasks=6, group_size=4, max_steps=6,
+      annotator=annotators.annotate, rng=jax.random.key(0),
+      pool_factory=pool_factory)
+  assert len({r["task"] for r in records}) == 1
+  assert len({_level(r) for r in records}) == 6
+  train, val = stage1.split_records(records, validation_fraction=0.25,
+                                    seed=0)
+  assert len(val) == 8  # two levels of 4 (target 6)
+  assert not {_level(r) for r in val} & {_level(r) for r in train}
+  assert not {r["seed"] for r in val} & {r["seed"] for r in train}
+
+
+def test_a_task_is_its_seed_and_seedless_records_go_by_text():
+  # Household: one text, two seeds (rooms differ): two tasks.
+  same_text = [dict(r, task="put a hot cup on countertop", seed=s)
+               for s in (7, 8) for r in _records(1, per_task=4)]
+  train, val = stage1.split_records(same_text, validation_fraction=0.5,
+                                    seed=0)
+  assert len(train) == len(val) == 4
+  assert len({r["seed"] for r in val}) == 1
+  assert not {r["seed"] for r in val} & {r["seed"] for r in train}
+  # Records of older journals have no seed: grouped by text, as before.
+  seedless = _records(4, per_task=3)
+  for fraction in (0.25, 0.5):
+    train, val = stage1.split_records(seedless, validation_fraction=fraction,
+                                      seed=1)
+    assert val and not {r["task"] for r in val} & {r["task"] for r in train}
+
+
+def test_datasets_keep_the_seed_and_older_ones_still_read(tmp_path,
+                                                          monkeypatch):
+  records = [dict(r, seed=100 + i // 2) for i, r in
+             enumerate(_records(10))]
+  stage1.write_dataset(records, tmp_path / "new", seed=0)
+  back = (list(stage1.read_dataset(tmp_path / "new", "train")) +
+          list(stage1.read_dataset(tmp_path / "new", "validation")))
+  assert sorted(back, key=lambda r: r["prompt"]) == sorted(
+      records, key=lambda r: r["prompt"])
+  # A dataset written before records had a seed: no such feature.
+  old_features = stage1._features()
+  monkeypatch.setattr(stage1, "_features", lambda: tfds.features.FeaturesDict(
+      {f: old_features[f] for f in stage1.FIELDS}))
+  monkeypatch.setattr(
+      stage1._Builder, "_generate_examples", lambda self, rs: (
+          (i, {f: r[f] for f in stage1.FIELDS}) for i, r in enumerate(rs)))
+  stage1.write_dataset(records, tmp_path / "old", seed=0)
+  monkeypatch.undo()
+  old = list(stage1.read_dataset(tmp_path / "old", "train"))
+  assert old and all(set(r) == set(stage1.FIELDS) for r in old)
 
 
 def test_a_teachers_failures_are_counted_by_their_reason(monkeypatch):
@@ -451,6 +515,29 @@ def test_stage1_goes_on_from_the_batches_annotated_before_an_outage(
   assert collection["tasks"] == 2 and collection["env_steps"] > 0
   with pytest.raises(ValueError, match="tasks_per_batch must be >= 1"):
     policies.Stage1Config(tasks_per_batch=0)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("annotator", "rules", r"annotator must be one of \('rule', 'teacher'\), "
+     r"got 'rules'"),
+    ("analysis_mode", "episode", r"analysis_mode must be one of "
+     r"\('episode_only', 'episode_step'\), got 'episode'"),
+    ("epochs", 0, r"epochs must be >= 1, got 0"),
+    ("batch_size", 0, r"batch_size must be >= 1, got 0"),
+    ("num_tasks", 0, r"num_tasks must be >= 1, got 0"),
+    ("group_size", 0, r"group_size must be >= 1, got 0"),
+    ("max_steps", 0, r"max_steps must be >= 1, got 0"),
+    ("response_len_max", 0, r"response_len_max must be >= 1, got 0"),
+    ("learning_rate", 0.0, r"learning_rate must be positive and finite, "
+     r"got 0.0"),
+    ("learning_rate", float("nan"), r"learning_rate must be positive"),
+])
+def test_stage1_config_refuses_bad_values_when_built(field, value, message):
+  # Before, a misspelt annotator took the teacher path and the numbers
+  # failed inside sft, after the warm start and every rollout.
+  with pytest.raises(ValueError, match=rf"Stage1Config\.{message}"):
+    policies.Stage1Config(**{field: value})
+  policies.Stage1Config(annotator="teacher", analysis_mode="episode_step")
 
 
 
