@@ -16,6 +16,7 @@ from seed_jax import runner
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = os.path.join(ROOT, "configs/experiments/tiny.gin")
+DEMO = os.path.join(ROOT, "configs/experiments/demo.gin")
 
 
 def _status(out):
@@ -57,7 +58,8 @@ def test_plan_gives_each_method_its_bindings():
 
 def test_dry_run_prints_the_commands(tmp_path, capsys):
   out = str(tmp_path / "exp")
-  assert experiments.main(["run", "--out", out, "--gin_file", TINY,
+  # demo.gin: under tiny.gin, seed_no_stage1 would be seed (see below).
+  assert experiments.main(["run", "--out", out, "--gin_file", DEMO,
                            "--seeds", "3", "--dry_run",
                            "--gin.NUM_UPDATES=4"]) == 0
   text = capsys.readouterr().out
@@ -74,6 +76,73 @@ def test_dry_run_prints_the_commands(tmp_path, capsys):
                            "--dry_run"]) == 0
   assert "\"--gin.trainer.RLConfig.analyzer='rules'\"" in (
       capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("gin_file,methods,same", [
+    # tiny.gin's policy_fn is not policies.prepare: no Stage 1 to skip.
+    ("tiny.gin", None, ("seed", "seed_no_stage1")),
+    ("tiny.gin", "grpo,opid,grpo_no_stage1", ("grpo", "grpo_no_stage1")),
+    # smollm2.gin skips Stage 1 itself.
+    ("smollm2.gin", None, ("seed", "seed_no_stage1")),
+])
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_methods_that_would_train_the_same_run_are_refused(
+    tmp_path, monkeypatch, gin_file, methods, same, dry_run):
+  """Each would be trained and summarized as an ablation it is not."""
+  monkeypatch.setattr(runner, "execute", lambda *a, **k: pytest.fail(
+      "a run started"))
+  out = tmp_path / "exp"
+  path = os.path.join(ROOT, "configs/experiments", gin_file)
+  with pytest.raises(SystemExit, match=(
+      rf"^error: methods '{same[0]}' and '{same[1]}' would train the same "
+      rf"run on seed 0: with {re.escape(path)}, their bindings "
+      r"--gin.policies.prepare.stage1=None change nothing there .*leave "
+      r"one of them out of --methods")):
+    experiments.main(["run", "--out", str(out), "--gin_file", path,
+                      "--seeds", "0,1", "--gin.NUM_UPDATES=1",
+                      *(["--methods", methods] if methods else []),
+                      *(["--dry_run"] if dry_run else [])])
+  assert not out.exists()
+  # A --gin binding can make two methods one run too.
+  with pytest.raises(SystemExit, match="'seed' and 'seed_oracle' would "
+                     "train the same run.*--gin bindings make them the same"):
+    experiments.main(["run", "--out", str(out), "--gin_file", DEMO,
+                      "--methods", "seed,seed_oracle", "--dry_run", "--gin",
+                      "trainer.RLConfig.analyzer='rules'"])
+
+
+@pytest.mark.parametrize("gin_file", ["demo.gin", "demo_follow.gin",
+                                      "demo_sokoban.gin"])
+def test_every_method_is_its_own_run_with_the_demo_configs(tmp_path, capsys,
+                                                           gin_file):
+  # As docs/results.md and docs/results_follow.md run them.
+  assert experiments.main([
+      "run", "--out", str(tmp_path / "exp"), "--seeds", "0,1", "--dry_run",
+      "--gin_file", os.path.join(ROOT, "configs/experiments", gin_file),
+      "--methods", ",".join(experiments.METHODS),
+      "--gin", "policies.prepare.cache_dir='runs/evidence/cache'"]) == 0
+  assert capsys.readouterr().out.count("python -m seed_jax.train") == 12
+
+
+def test_trained_config_sets_only_the_workdir_aside():
+  def config(method, *bindings, workdir="a", gin_file=DEMO):
+    run, = experiments.plan(workdir, methods=[method], seeds=[0],
+                            gin_files=[gin_file], bindings=bindings)
+    return experiments.trained_config(run)
+
+  seed = config("seed")
+  assert seed == config("seed", workdir="b")
+  assert seed != config("grpo") and seed != config("seed_no_stage1")
+  # A binding to the default, or through a macro, is the same run.
+  assert seed == config("seed", "trainer.RLConfig.remat=False")
+  assert seed == config("seed", "trainer.RLConfig.opd_coef=0.01")
+  assert seed != config("seed", "trainer.RLConfig.opd_coef=0.02")
+  assert seed["rl"]["@trainer.RLConfig()"]["variant"] == "seed"
+  # What train.train does not reach cannot change the run.
+  tiny = config("seed", gin_file=TINY)
+  assert tiny == config("seed_no_stage1", gin_file=TINY)
+  assert tiny != config("seed", "testing.tiny_policy.vocab_size=500",
+                        gin_file=TINY)
 
 
 @pytest.mark.parametrize("flags,name,use", [

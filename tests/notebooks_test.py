@@ -8,8 +8,10 @@ checked where it must not train or write: skills.ipynb without the
 quickstart's policy, sweeps.ipynb pointed at a sweep trained elsewhere.
 """
 
+import ast
 import json
 import pathlib
+import re
 
 import pytest
 
@@ -91,6 +93,18 @@ def test_skills_needs_the_quickstart_policy(tmp_path, monkeypatch):
     _execute(nb, tmp_path, timeout=120)
   assert "run quickstart.ipynb" in str(e.value)
   assert not (tmp_path / "runs").exists()
+
+
+def test_sweeps_small_trains_two_distillation_weights():
+  """SMALL picks its runs by index: the sweep's λ = 0 run and the next λ."""
+  from seed_jax import sweep  # pylint: disable=g-import-not-at-top
+  nb = nbformat.read(COLAB / "sweeps.ipynb", as_version=4)
+  code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+  selected, = re.findall(r"selected, extra = (\[[\d, ]*\]), ", code)
+  runs = sweep.load(str(REPO / "configs/sweeps/opd_lambda_beta.py"))
+  coef, beta = "trainer.RLConfig.opd_coef", "trainer.RLConfig.opd_beta"
+  assert [runs[i] for i in ast.literal_eval(selected)] == [
+      {coef: 0.0}, {coef: 0.003, beta: 1.0}]
 
 
 def test_sweeps_only_reads_a_sweep_trained_elsewhere(tmp_path, monkeypatch):

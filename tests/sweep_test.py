@@ -15,13 +15,17 @@ SWEEP = os.path.join(ROOT, "configs", "sweeps", "opd_lambda_beta.py")
 TINY = "configs/experiments/tiny.gin"
 
 
-def test_the_lambda_beta_sweep_expands_to_eight_runs():
+def test_the_lambda_beta_sweep_runs_lambda_zero_once():
+  """beta shapes only the distillation term, which lambda = 0 drops: one
+  run per beta there would train the same run twice (a slice each)."""
   runs = sweep.load(SWEEP)
-  assert len(runs) == 8
-  assert runs[0] == {"trainer.RLConfig.opd_coef": 0.0,
-                     "trainer.RLConfig.opd_beta": 1.0}
-  assert runs[-1] == {"trainer.RLConfig.opd_coef": 0.03,
-                      "trainer.RLConfig.opd_beta": 5.0}
+  coef, beta = "trainer.RLConfig.opd_coef", "trainer.RLConfig.opd_beta"
+  assert runs[0] == {coef: 0.0}
+  assert runs[1:] == [{coef: c, beta: b} for c in (0.003, 0.01, 0.03)
+                      for b in (1.0, 5.0)]
+  # No two runs that train alike: beta counts only where lambda is not 0.
+  trained = [(b[coef], b.get(beta) if b[coef] else None) for b in runs]
+  assert len(set(trained)) == len(runs) == 7
   assert sweep.sweep_name(SWEEP) == "opd_lambda_beta"
 
 
@@ -70,14 +74,14 @@ def test_emitted_commands(capsys):
           "--emit_commands", "--gin.VARIANT='seed'"]
   assert sweep.main(argv) == 0
   lines = capsys.readouterr().out.splitlines()
-  assert len(lines) == 8
-  assert lines[3] == (
+  assert len(lines) == 7
+  assert lines[2] == (
       f"python -m seed_jax.train --gin_file={TINY} "
-      "\"--gin.WORKDIR='/runs/opd_lambda_beta/3'\" \"--gin.VARIANT='seed'\" "
+      "\"--gin.WORKDIR='/runs/opd_lambda_beta/2'\" \"--gin.VARIANT='seed'\" "
       "--gin.trainer.RLConfig.opd_coef=0.003 "
       "--gin.trainer.RLConfig.opd_beta=5.0")
-  assert shlex.split(lines[3])[3:] == sweep.train_argv(
-      [TINY], "/runs/opd_lambda_beta/3", sweep.load(SWEEP)[3],
+  assert shlex.split(lines[2])[3:] == sweep.train_argv(
+      [TINY], "/runs/opd_lambda_beta/2", sweep.load(SWEEP)[2],
       ["--gin.VARIANT='seed'"])
   # Several hosts need a training mesh: refused before a slice is rented.
   for launcher in ("tpu", "slurm"):
@@ -90,8 +94,8 @@ def test_emitted_commands(capsys):
       f"TPU_NAME=${{TPU_NAME}}-1 GIN_FILE={TINY} "
       "WORKDIR=/runs/opd_lambda_beta/1 launch/tpu_vm.sh up "
       "\"--gin.VARIANT='seed'\" '--gin.train.train.mesh_shape=(1,-1,1)' "
-      "--gin.trainer.RLConfig.opd_coef=0.0 "
-      "--gin.trainer.RLConfig.opd_beta=5.0")
+      "--gin.trainer.RLConfig.opd_coef=0.003 "
+      "--gin.trainer.RLConfig.opd_beta=1.0")
   assert sweep.main(argv + ["--launcher=slurm"]) == 0
   slurm = shlex.split(capsys.readouterr().out.splitlines()[0])
   assert slurm[2:5] == ["sbatch", "--nodes=${NODES}",
@@ -99,8 +103,7 @@ def test_emitted_commands(capsys):
   assert shlex.split(slurm[5][len("--wrap="):]) == [
       "launch/slurm_gpu.sh", "--gin.VARIANT='seed'",
       "--gin.train.train.mesh_shape=(1,-1,1)",
-      "--gin.trainer.RLConfig.opd_coef=0.0",
-      "--gin.trainer.RLConfig.opd_beta=1.0"]
+      "--gin.trainer.RLConfig.opd_coef=0.0"]
 
 
 @pytest.mark.parametrize("launcher", ["tpu", "slurm"])
