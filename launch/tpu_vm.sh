@@ -15,8 +15,12 @@
 # Optional: PROJECT, JAX_TPU (pip spec), TMPDIR, PYTHON (the workers'
 # interpreter the venv is made with, default python3; the pinned packages
 # need Python >= 3.11, and install stops on a worker whose PYTHON is older,
-# before making the venv: e.g. PYTHON=python3.11). DRY_RUN=1 prints every
-# command instead of running it.
+# before making the venv: e.g. PYTHON=python3.11), LOCAL_PYTHON (this
+# machine's interpreter, default python3: run and up first parse GIN_FILE and
+# the gin args here as seed_jax.train does, and on a slice of several hosts,
+# an ACCELERATOR_TYPE past -8, ask for train.train.mesh_shape; an interpreter
+# without seed_jax's requirements skips that, with a note). DRY_RUN=1 prints
+# every command instead of running it.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source launch/lib.sh
@@ -73,7 +77,26 @@ install() {
   on_workers all "cd ~/${REMOTE_DIR} && if ! ${py} -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then echo \"${py} on \$(hostname) is \$(${py} --version 2>&1): seed_jax needs Python >= 3.11; install one and set PYTHON (e.g. PYTHON=python3.11)\" >&2; exit 1; fi && ${py} -m venv .venv && .venv/bin/pip install -q -r requirements.txt $(show "${JAX_TPU}") && .venv/bin/pip install -q --no-deps -e ."
 }
 
-check_run() {  # before anything is created or paid for
+# Parses the run's gin files and bindings as seed_jax.train would
+# (`train.planned_updates`); argv: True|False (several hosts), then the
+# trainer's arguments.
+GIN_CHECK='
+import sys
+try:
+  from seed_jax import train
+except Exception as e:  # no jax, gin, ... on this machine
+  print(f"note: the gin settings are not checked here: {sys.executable} "
+        f"cannot import seed_jax.train ({e}); set LOCAL_PYTHON to one with "
+        "the requirements to check them before the slice is paid for",
+        file=sys.stderr)
+  sys.exit(0)
+try:
+  train.planned_updates(sys.argv[2:], multi_host=sys.argv[1] == "True")
+except (FileNotFoundError, ValueError) as e:
+  sys.exit(f"error: {e}")
+'
+
+check_run() {  # check_run [gin args]: before anything is created or paid for
   : "${GIN_FILE:?set GIN_FILE, e.g. configs/experiments/qwen2_5_3b_alfworld_style.gin}"
   : "${WORKDIR:?set WORKDIR, a directory all workers share}"
   case "${WORKDIR}" in
@@ -83,10 +106,34 @@ check_run() {  # before anything is created or paid for
          "path (e.g. a gcsfuse mount)" >&2
        exit 2 ;;
   esac
+  # The workers run in their copy of this checkout: a relative GIN_FILE is
+  # this checkout's; an absolute one may be on the workers only.
+  if [[ "${GIN_FILE}" != /* && ! -f "${GIN_FILE}" ]]; then
+    echo "GIN_FILE=${GIN_FILE} not found in this checkout ($(pwd))" >&2
+    exit 2
+  fi
+  if [[ ! -f "${GIN_FILE}" ]]; then
+    echo "note: GIN_FILE=${GIN_FILE} is not on this machine; its settings" \
+      "are checked on the workers only" >&2
+    return
+  fi
+  local py="${LOCAL_PYTHON:-python3}" several=False
+  if [[ "${ACCELERATOR_TYPE:-}" =~ -([0-9]+)$ ]] && (( BASH_REMATCH[1] > 8 )); then
+    several=True  # v5p-16, v4-32, v5litepod-16, ...: more than one host
+  fi
+  if ! command -v "${py}" > /dev/null; then
+    echo "note: the gin settings are not checked here: no ${py}; set" \
+      "LOCAL_PYTHON to check them before the slice is paid for" >&2
+    return
+  fi
+  if ! "${py}" -c "${GIN_CHECK}" "${several}" --gin_file="${GIN_FILE}" \
+      --gin.WORKDIR="'${WORKDIR}'" "$@"; then
+    exit 2
+  fi
 }
 
 start() {
-  check_run
+  [[ -n "${run_checked:-}" ]] || check_run "$@"  # up checked it already
   local env_words  # assignments quote their value only
   env_words="GIN_FILE=$(show "${GIN_FILE}") WORKDIR=$(show "${WORKDIR}")"
   # A worker where a trainer still runs refuses (two on one workdir would
@@ -116,7 +163,7 @@ case "${action}" in
   run) start "$@" ;;
   logs) logs ;;
   delete) delete ;;
-  up) check_run; create; copy; install; start "$@" ;;
+  up) check_run "$@"; run_checked=1; create; copy; install; start "$@" ;;
   *) echo "unknown action '${action}': create|copy|install|run|logs|delete|up" >&2
      exit 2 ;;
 esac

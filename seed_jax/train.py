@@ -12,7 +12,9 @@ from the last complete checkpoint.
 from __future__ import annotations
 
 import argparse
+import copy
 import difflib
+import functools
 import inspect
 import logging
 import numbers
@@ -31,6 +33,7 @@ from seed_jax import checkpoints
 from seed_jax import distributed
 from seed_jax import evaluate as evaluate_lib
 from seed_jax import faults
+from seed_jax import hf
 from seed_jax import metrics as metrics_lib
 from seed_jax import partitioning
 from seed_jax import policies
@@ -87,6 +90,64 @@ def _mesh_kwargs(policy_fn: Callable[..., Any], mesh) -> dict[str, Any]:
   keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD,
              inspect.Parameter.KEYWORD_ONLY)
   return {"mesh": mesh} if param is not None and param.kind in keyword else {}
+
+
+def _prepare_kwargs(policy_fn: Callable[..., Any]) -> dict[str, Any] | None:
+  """The arguments `policies.prepare` runs with as `policy_fn`: itself, a
+  `functools.partial` of it, or gin's configurable of it unscoped (as
+  configs/runs/rl.gin binds it); only `source`, `model_dir` and
+  `demo_kwargs`, defaults filled in. None for any other `policy_fn`."""
+  keywords = {}
+  fn = policy_fn
+  while isinstance(fn, functools.partial):
+    keywords = {**fn.keywords, **keywords}
+    fn = fn.func
+  names = ("source", "model_dir", "demo_kwargs")
+  if fn is policies.prepare:
+    bound = {}
+  else:
+    try:
+      configurable = gin.get_configurable(policies.prepare)
+    except ValueError:  # not registered with gin
+      return None
+    if fn is not configurable:
+      return None
+    # Only these references are resolved (a deep copy evaluates them), not
+    # `stage1` or `teacher` ones, which would construct objects.
+    raw = gin.get_bindings(policies.prepare, resolve_references=False)
+    bound = copy.deepcopy({k: v for k, v in raw.items() if k in names})
+  params = inspect.signature(policies.prepare).parameters
+  out = {k: params[k].default for k in names}
+  out.update({k: v for k, v in {**bound, **keywords}.items() if k in names})
+  return out
+
+
+def known_context(policy_fn: Callable[..., Any], workdir) -> int | None:
+  """The context (positions) of the model `policy_fn` will build, where it is
+  known before it is built: the policy already prepared in
+  `workdir/policy` (a restart), else `policies.prepare`'s demo model
+  (`demo_kwargs["model"]`) or Hugging Face folder (its config.json). None
+  for any other `policy_fn` or source, or a folder whose config.json does not
+  read (`policy_fn` then says why)."""
+  kwargs = _prepare_kwargs(policy_fn)
+  if kwargs is None:
+    return None
+  prepared = epath.Path(workdir) / "policy"
+  folder = kwargs["model_dir"] if kwargs["source"] == "hf" else None
+  if (prepared / "config.json").exists():
+    folder = str(prepared)
+  if folder:
+    try:
+      return hf.load_config(folder).max_position_embeddings
+    except (OSError, ValueError):
+      return None
+  if kwargs["source"] != "demo":
+    return None  # gguf: in the file, downloaded by the policy_fn
+  from seed_jax import demo  # pylint: disable=g-import-not-at-top
+  model = dict((kwargs["demo_kwargs"] or {}).get("model") or {})
+  default = inspect.signature(demo.demo_model_config).parameters[
+      "max_position_embeddings"].default
+  return model.get("max_position_embeddings", default)
 
 
 def train(workdir: str, *,
@@ -160,8 +221,10 @@ def train(workdir: str, *,
   Raises:
     KnobError: a count above out of its range (before any work).
     ValueError: a mesh that does not fit the devices or the batch, several
-      processes without one, or an analyzer the trainer refuses (an
-      external one without a teacher, say), before any work.
+      processes without one, an analyzer the trainer refuses (an
+      external one without a teacher, say), or prompt budgets that do not
+      fit the model's context, where that is known before the model is
+      built (`known_context`), before any work.
     ValueError, OSError, checkpoints.CorruptCheckpointError: a refused start
       (see START_ERRORS; a checkpoint past `num_updates` too), before
       config.gin is written, so that a resume refused leaves the run's
@@ -172,11 +235,14 @@ def train(workdir: str, *,
                max_to_keep=max_to_keep, keep_every=keep_every,
                eval_every=eval_every, eval_tasks=eval_tasks,
                max_consecutive_nonfinite=max_consecutive_nonfinite)
-  # The layout RLTrainer will use, checked before the minutes of the warm
-  # start and Stage 1.
+  # The layout and prompt budgets RLTrainer will use, checked before the
+  # minutes of the warm start and Stage 1.
   mesh = partitioning.make_mesh(mesh_shape) if mesh_shape else None
   trainer_lib.check_layout(rl, mesh, rollout_chunks)
   trainer_lib.check_analyzer(rl, env_name, teacher)
+  context = known_context(policy_fn, workdir)
+  if context is not None:  # else RLTrainer checks, once the model is built
+    trainer_lib.check_prompt_budgets(rl, context)
   if mesh is None and jax.device_count() > 1:
     logging.warning("%d devices and no train.train.mesh_shape: training uses "
                     "one of them; set mesh_shape, e.g. (1, -1, 1), to use "

@@ -204,6 +204,37 @@ def check_layout(rl: RLConfig, mesh: jax.sharding.Mesh | None,
   return mesh, chunks
 
 
+def check_prompt_budgets(rl: RLConfig, context: int) -> int:
+  """The analysis prompt budget in tokens, for a model of `context` positions:
+  `rl.analysis_max_prompt_tokens`, or else the largest prompt bucket that
+  leaves room for `rl.analysis_max_new_tokens`.
+
+  RLTrainer calls it with its model's context; `train` also before any work,
+  when the context is known before the model is built (a demo warm start, a
+  Hugging Face folder), so that budgets the trainer would refuse stop the
+  start before the warm start and Stage 1.
+
+  Raises:
+    ValueError: no prompt bucket leaves room for `rl.max_new_tokens` or
+      `rl.analysis_max_new_tokens` in `context` (as `rollout.Policy` says
+      it), or an analysis prompt budget past the largest bucket that does.
+  """
+  fitting = {}
+  for new in (rl.max_new_tokens, rl.analysis_max_new_tokens):
+    fitting[new] = [b for b in rl.prompt_buckets if b + new <= context]
+    if not fitting[new]:
+      raise ValueError(f"no prompt bucket fits the model's context ({context}) "
+                       f"with max_new_tokens={new}")
+  largest = max(fitting[rl.analysis_max_new_tokens])
+  budget = rl.analysis_max_prompt_tokens or largest
+  if budget > largest:
+    raise ValueError(
+        f"analysis_max_prompt_tokens={rl.analysis_max_prompt_tokens} "
+        f"exceeds the largest prompt bucket that leaves room for "
+        f"analysis_max_new_tokens={rl.analysis_max_new_tokens} ({largest})")
+  return budget
+
+
 def merge_chunk_metrics(chunks: Sequence[Mapping[str, float]]
                         ) -> dict[str, float]:
   """One update's analysis metrics from its chunks': counts are summed, and
@@ -344,8 +375,9 @@ class RLTrainer:
 
     Raises:
       ValueError: chunks that do not split the groups or the processes, a
-        mini-batch that the data-parallel size does not divide, or an
-        external analyzer without a teacher.
+        mini-batch that the data-parallel size does not divide, an
+        external analyzer without a teacher, or prompt budgets that do not
+        fit the model's context (`check_prompt_budgets`).
     """
     self.config = model_config
     self.tokenizer = tokenizer
@@ -370,14 +402,8 @@ class RLTrainer:
     self.analyst = rollout_lib.Policy(
         model_config, tokenizer, max_new_tokens=rl.analysis_max_new_tokens,
         buckets=rl.prompt_buckets, min_rows=8, stop_strings=())
-    self.analysis_max_tokens = rl.analysis_max_prompt_tokens or max(
-        self.analyst.buckets)
-    if self.analysis_max_tokens > max(self.analyst.buckets):
-      raise ValueError(
-          f"analysis_max_prompt_tokens={rl.analysis_max_prompt_tokens} "
-          f"exceeds the largest prompt bucket that leaves room for "
-          f"analysis_max_new_tokens={rl.analysis_max_new_tokens} "
-          f"({max(self.analyst.buckets)})")
+    self.analysis_max_tokens = check_prompt_budgets(
+        rl, model_config.max_position_embeddings)
     self.pad_id = self.policy.pad_id
     self.pool = envs_base.EnvPool(
         env_name, num_groups=rl.num_groups // self.chunks,

@@ -1,5 +1,6 @@
 """launch/ scripts in dry-run mode: exact commands, missing variables."""
 
+import json
 import os
 import shlex
 import socket
@@ -19,10 +20,16 @@ GIN_ARGS = ("--gin.VARIANT='grpo'", "--gin.NUM_UPDATES=3")
 
 @pytest.fixture(name="fake_bin")
 def _fake_bin(tmp_path):
-  """gcloud and srun that fail if ever run; an scontrol that lists 2 nodes."""
+  """gcloud and srun that fail if ever run; an scontrol that lists 2 nodes;
+  a python3 (tpu_vm.sh's local gin check) that logs its arguments to
+  python3.calls, one JSON list a call, and passes."""
   for name in ("gcloud", "srun"):
     (tmp_path / name).write_text("#!/bin/sh\necho ran >&2\nexit 99\n")
   (tmp_path / "scontrol").write_text("#!/bin/sh\necho gpu-a1\necho gpu-a2\n")
+  (tmp_path / "python3").write_text(
+      f"#!{sys.executable}\nimport json, sys\n"
+      f"with open({str(tmp_path / 'python3.calls')!r}, 'a') as f:\n"
+      "  f.write(json.dumps(sys.argv[1:]) + '\\n')\n")
   for p in tmp_path.iterdir():
     p.chmod(0o755)
   return str(tmp_path)
@@ -76,6 +83,60 @@ def test_tpu_vm_up_prints_every_command(fake_bin):
   words = shlex.split(remote)
   start = words.index("launch/run_host.sh")
   assert words[start:start + 3] == ["launch/run_host.sh", *GIN_ARGS]
+  # The gin settings were parsed here once, as on a slice of several hosts.
+  assert [c[2:] for c in _python3_calls(fake_bin)] == [[
+      "True", "--gin_file=configs/experiments/tiny.gin",
+      "--gin.WORKDIR='/mnt/runs/a'", *GIN_ARGS]]
+
+
+def _python3_calls(fake_bin):
+  path = os.path.join(fake_bin, "python3.calls")
+  if not os.path.exists(path):
+    return []
+  with open(path) as f:
+    return [json.loads(line) for line in f]
+
+
+@pytest.mark.parametrize("action", ["run", "up"])
+def test_tpu_vm_refuses_a_gin_file_not_in_the_checkout(fake_bin, action):
+  env = dict(TPU, GIN_FILE="configs/experiments/typo.gin")
+  res = _run(fake_bin, "tpu_vm.sh", action, **env)
+  assert res.returncode == 2
+  assert ("GIN_FILE=configs/experiments/typo.gin not found in this checkout "
+          f"({ROOT})") in res.stderr
+  assert res.stdout == ""  # not even the create line
+  assert not _python3_calls(fake_bin)
+
+
+def test_tpu_vm_checks_the_gin_settings_here_before_creating(fake_bin,
+                                                            tmp_path):
+  """With this machine's Python: a slice of several hosts needs
+  train.train.mesh_shape, and a binding gin refuses stops the launch; one
+  host needs no mesh."""
+  env = dict(TPU, LOCAL_PYTHON=sys.executable)
+  mesh = "--gin.train.train.mesh_shape=(1, -1, 1)"
+  res = _run(fake_bin, "tpu_vm.sh", "up", **env)
+  assert res.returncode == 2 and res.stdout == ""
+  assert ("error: a run on several hosts needs train.train.mesh_shape"
+          in res.stderr)
+  res = _run(fake_bin, "tpu_vm.sh", "up", mesh, "--gin.VARIENT='grpo'", **env)
+  assert res.returncode == 2 and res.stdout == ""
+  assert "sets macro VARIENT, which no configuration uses" in res.stderr
+  lines = _lines(_run(fake_bin, "tpu_vm.sh", "up", mesh, **env))
+  assert lines[0].startswith("gcloud compute tpus tpu-vm create ")
+  res = _run(fake_bin, "tpu_vm.sh", "run",
+             **dict(env, ACCELERATOR_TYPE="v5p-8"))
+  assert res.returncode == 0, res.stderr
+  # A Python without seed_jax's requirements (no site-packages), or none:
+  # not checked, and said so.
+  bare = tmp_path / "bare_python"
+  bare.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
+  bare.chmod(0o755)
+  for python in (str(bare), "no-such-python"):
+    res = _run(fake_bin, "tpu_vm.sh", "up", **dict(TPU, LOCAL_PYTHON=python))
+    assert res.returncode == 0, res.stderr
+    assert "note: the gin settings are not checked here" in res.stderr
+    assert "LOCAL_PYTHON" in res.stderr
 
 
 def test_tpu_vm_workdir_with_a_space_stays_an_assignment(fake_bin):

@@ -407,6 +407,91 @@ def test_prompt_budgets_past_the_buckets_stop_before_the_policy():
   policies.Stage1Config(buckets=(512, 1024), max_prompt_tokens=1024)
 
 
+def _write_model_config(folder, context):
+  folder.mkdir(parents=True)
+  (folder / "config.json").write_text(json.dumps(
+      testing.tiny_config(max_position_embeddings=context).to_hf()))
+
+
+def test_analysis_budgets_past_the_demo_context_stop_before_the_warm_start(
+    tmp_path, monkeypatch):
+  """The demo's 1024-token analysis budget fits its largest bucket, but not
+  with 600 new tokens in its 1536-token context: refused before the warm
+  start, as RLTrainer would refuse it once the model is built."""
+  from seed_jax import policies  # pylint: disable=g-import-not-at-top
+
+  def warm_start(*args, **kwargs):
+    raise AssertionError("the warm start ran")
+
+  monkeypatch.setattr(policies, "_demo_policy", warm_start)
+  gin.clear_config()
+  try:
+    with pytest.raises(SystemExit) as e:
+      train.main([f"--gin.WORKDIR='{tmp_path / 'run'}'",
+                  "--gin.train.train.min_free_bytes=0",
+                  "--gin.trainer.RLConfig.analysis_max_new_tokens=600"])
+  finally:
+    gin.clear_config()
+  assert str(e.value) == (
+      "error: analysis_max_prompt_tokens=1024 exceeds the largest prompt "
+      "bucket that leaves room for analysis_max_new_tokens=600 (512)")
+  assert not (tmp_path / "run").exists()
+
+
+def test_analysis_budgets_past_a_model_folder_context_stop_before_loading(
+    tmp_path, monkeypatch):
+  """A Hugging Face folder's config.json gives its context (2048 here):
+  rl.gin's 2048-token analysis budget is refused before the tokenizer and
+  the weights load."""
+  from seed_jax import policies  # pylint: disable=g-import-not-at-top
+  model_dir = tmp_path / "model"
+  _write_model_config(model_dir, 2048)
+
+  def load_tokenizer(*args, **kwargs):
+    raise AssertionError("the model folder was loaded")
+
+  monkeypatch.setattr(policies.hf, "load_tokenizer", load_tokenizer)
+  gin.clear_config()
+  try:
+    with pytest.raises(SystemExit) as e:
+      train.main(["--gin_file", os.path.join(
+          ROOT, "configs/experiments/qwen2_5_1_5b_alfworld_style.gin"),
+                  f"--gin.WORKDIR='{tmp_path / 'run'}'",
+                  f"--gin.MODEL_DIR='{model_dir}'",
+                  "--gin.train.train.min_free_bytes=0"])
+  finally:
+    gin.clear_config()
+  assert str(e.value) == (
+      "error: analysis_max_prompt_tokens=2048 exceeds the largest prompt "
+      "bucket that leaves room for analysis_max_new_tokens=512 (1024)")
+  assert not (tmp_path / "run").exists()
+
+
+def test_known_context(tmp_path):
+  import functools  # pylint: disable=g-import-not-at-top
+  from seed_jax import policies  # pylint: disable=g-import-not-at-top
+  workdir = tmp_path / "run"
+  prepare = functools.partial(policies.prepare, env_name="household")
+  assert train.known_context(policies.prepare, workdir) == 1536  # the demo's
+  assert train.known_context(functools.partial(
+      prepare, demo_kwargs={"model": {"max_position_embeddings": 640}}),
+                             workdir) == 640
+  _write_model_config(tmp_path / "model", 4096)
+  hf_prepare = functools.partial(prepare, source="hf",
+                                 model_dir=str(tmp_path / "model"))
+  assert train.known_context(hf_prepare, workdir) == 4096
+  # No config.json, a gguf download, or another policy_fn: not known here.
+  assert train.known_context(functools.partial(
+      prepare, source="hf", model_dir=str(tmp_path)), workdir) is None
+  assert train.known_context(functools.partial(prepare, source="gguf"),
+                             workdir) is None
+  assert train.known_context(testing.tiny_policy, workdir) is None
+  # A restart reloads the policy it prepared: its context.
+  _write_model_config(workdir / "policy", 768)
+  assert train.known_context(hf_prepare, workdir) == 768
+  assert train.known_context(policies.prepare, workdir) == 768
+
+
 @pytest.mark.parametrize("mesh_shape,warned", [(None, True),
                                                ((1, -1, 1), False)])
 def test_idle_devices_without_a_mesh_are_warned_about(tmp_path, caplog,
