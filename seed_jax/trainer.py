@@ -329,7 +329,7 @@ def _add_step_advantage(adv: np.ndarray, samples, rl: RLConfig
 @dataclasses.dataclass
 class Collected:
   """What the rollout phase of an update hands to the learning phase."""
-  samples: list[rollout_lib.Sample]
+  samples: list[rollout_lib.Sample]  # of episodes whose env did not raise
   episodes: list[Any]  # Episode, indexed by traj_uid
   skills: dict[int, skills.Analysis]  # traj_uid -> parsed hindsight analysis
   metrics: dict[str, float]
@@ -618,9 +618,10 @@ class RLTrainer:
                  len(res.episodes), res.env_steps, rollout_time)
     found, an = {}, {}
     if rl.analyzes:
-      # An episode whose reset failed has no step to analyze and no sample
-      # to re-score: no analysis is generated (or paid for) for it.
-      played = [e for e in res.episodes if e.length]
+      # An episode whose environment raised (at reset: no step at all) has
+      # no outcome and no sample in the batch: no analysis is generated (or
+      # paid for) for it.
+      played = [e for e in res.episodes if e.length and e.error is None]
       found, an = self._analyze(params, played,
                                 jax.random.fold_in(rng_an, chunk))
       faults.maybe_crash("analysis", update_index)
@@ -631,7 +632,15 @@ class RLTrainer:
                 truncated=self.policy.prompts_truncated - truncated)
 
   def collect(self, params, rng: jax.Array, *, update_index: int) -> Collected:
-    """Rollouts and analyses of every chunk, gathered on every process."""
+    """Rollouts and analyses of every chunk, gathered on every process.
+
+    The samples leave out the steps of episodes whose environment raised
+    (`samples_env_error` counts them); the episodes keep them, failed.
+
+    Raises:
+      RuntimeError: a chunk failed on some process, or every episode's
+        environment raised (no step to train on).
+    """
     rng_roll, rng_an = jax.random.split(rng)
     local = self.local_params(params)
     mine = distributed.process_slice(range(self.chunks))
@@ -655,10 +664,22 @@ class RLTrainer:
         raise RuntimeError(f"process {proc} failed in its rollout chunks: "
                            f"{error}")
     parts = [p for proc, _ in gathered for p in proc]
-    samples = [s for p in parts for s in p["res"].samples]
     episodes = [e for p in parts for e in p["res"].episodes]
+    # The steps of an episode whose environment raised have no outcome to
+    # be judged by: they are left out of the batch (counted), not trained
+    # on as a failure's.
+    broken = {e.traj_uid for e in episodes if e.error is not None}
+    played = [s for p in parts for s in p["res"].samples]
+    samples = [s for s in played if s.traj_uid not in broken]
+    if not samples:
+      errors = [e.error for e in episodes if e.error is not None]
+      raise RuntimeError(
+          f"update {update_index + 1}: no step to train on: "
+          f"{len(errors)} of {len(episodes)} episodes' environments raised"
+          + (f" (the first: {errors[0]})" if errors else ""))
     found = {k: v for p in parts for k, v in p["found"].items()}
     metrics = {"env_steps": float(sum(p["res"].env_steps for p in parts)),
+               "samples_env_error": float(len(played) - len(samples)),
                "prompts_truncated": float(sum(p["truncated"] for p in parts)),
                **times}  # this process's times
     metrics.update(merge_chunk_metrics([p["an"] for p in parts]))

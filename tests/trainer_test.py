@@ -575,3 +575,48 @@ def test_chunk_shares_are_weighted_by_what_they_are_shares_of():
   assert merged["analyses_sampled"] == 65.0
   assert merged["analysis_prompts_too_long"] == 63.0
   assert trainer_lib.merge_chunk_metrics([]) == {}
+
+
+def test_steps_of_an_episode_whose_env_raised_are_not_trained_on(policy):
+  # Member 1's environment raises on its second step: its first step has
+  # no outcome to be judged by, so it is neither in the batch nor analyzed.
+  t = _trainer(policy)
+  member = t.pool.members[1]
+  real_step, calls = member.step, []
+
+  def flaky(action):
+    calls.append(action)
+    if len(calls) == 2:
+      raise RuntimeError("the simulator went away")
+    return real_step(action)
+
+  member.step = flaky
+  analyzed, real = [], t._analyze
+
+  def spy(params, episodes, rng):
+    analyzed.extend(episodes)
+    return real(params, episodes, rng)
+
+  t._analyze = spy
+  c = t.collect(t.place_params(policy.params), jax.random.key(0),
+                update_index=0)
+  broken = [e for e in c.episodes if e.error is not None]
+  assert len(broken) == 1 and broken[0].length >= 1
+  assert broken[0].traj_uid not in {s.traj_uid for s in c.samples}
+  assert c.metrics["samples_env_error"] == broken[0].length
+  assert broken[0] not in analyzed and len(analyzed) == len(c.episodes) - 1
+  assert {s.traj_uid for s in c.samples} == {
+      e.traj_uid for e in c.episodes if e.error is None}
+
+
+def test_an_update_whose_every_env_raised_is_a_clear_error(policy):
+  t = _trainer(policy)
+
+  def broken(seed):
+    raise RuntimeError(f"no task for seed {seed}")
+
+  for member in t.pool.members:
+    member.reset = broken
+  with pytest.raises(RuntimeError, match="no step to train on: 4 of 4"):
+    t.collect(t.place_params(policy.params), jax.random.key(0),
+              update_index=0)
