@@ -84,7 +84,9 @@ GIN_CHECK='
 import sys
 try:
   from seed_jax import train
-except Exception as e:  # no jax, gin, ... on this machine
+except ModuleNotFoundError as e:  # no jax, gin, ... on this machine
+  if (e.name or "").split(".")[0] == "seed_jax":
+    raise  # the checkout itself is broken: so would every worker be
   print(f"note: the gin settings are not checked here: {sys.executable} "
         f"cannot import seed_jax.train ({e}); set LOCAL_PYTHON to one with "
         "the requirements to check them before the slice is paid for",

@@ -139,6 +139,30 @@ def test_tpu_vm_checks_the_gin_settings_here_before_creating(fake_bin,
     assert "LOCAL_PYTHON" in res.stderr
 
 
+def test_tpu_vm_local_check_stops_on_a_broken_checkout(fake_bin, tmp_path):
+  """A checkout whose seed_jax does not import is not a missing requirement:
+  every worker would fail the same way, so nothing is created."""
+  site = tmp_path / "site"
+  site.mkdir()
+  (site / "sitecustomize.py").write_text(
+      "import sys\n"
+      "class _Broken:\n"
+      "  def find_spec(self, name, path=None, target=None):\n"
+      "    if name == 'seed_jax.train':\n"
+      "      raise SyntaxError(\"'(' was never closed\")\n"
+      "sys.meta_path.insert(0, _Broken())\n")
+  python = tmp_path / "python"
+  python.write_text(f'#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} '
+                    '"$@"\n')
+  python.chmod(0o755)
+  mesh = "--gin.train.train.mesh_shape=(1, -1, 1)"
+  res = _run(fake_bin, "tpu_vm.sh", "up", mesh,
+             **dict(TPU, LOCAL_PYTHON=str(python)))
+  assert res.returncode == 2 and res.stdout == ""
+  assert "was never closed" in res.stderr
+  assert "not checked here" not in res.stderr
+
+
 def test_tpu_vm_workdir_with_a_space_stays_an_assignment(fake_bin):
   env = dict(TPU, WORKDIR="/mnt/my runs/a")
   line = _lines(_run(fake_bin, "tpu_vm.sh", "run", **env))[0]
