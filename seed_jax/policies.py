@@ -3,8 +3,9 @@ the SmolLM2 GGUF, optionally followed by Stage 1 (hindsight-skill SFT).
 
 The prepared policy is written once to `workdir/policy` (a Hugging Face
 folder with its tokenizer) and reloaded from there when the run resumes, so
-warm start and Stage 1 never run twice. It initializes the RL policy and is
-the KL reference.
+warm start and Stage 1 never run twice; its report.json records what it was
+prepared from, and a resume asking for another policy is refused. It
+initializes the RL policy and is the KL reference.
 
 Given the training mesh (one process only), the policy's params are placed
 on it as the RL trainer shards them, and Stage 1's rollouts and SFT run
@@ -162,6 +163,61 @@ def _save_folder(policy: Policy, folder: epath.Path) -> None:
 def _load_report(folder: epath.Path) -> dict[str, Any]:
   path = folder / "report.json"
   return json.loads(path.read_text()) if path.exists() else {}
+
+
+# Stage1Config fields that decide how Stage 1 runs, not what it trains:
+# a reload does not compare them.
+_STAGE1_HOW = ("tasks_per_batch", "buckets")
+
+
+def _asked(*, source: str, model_dir: str | None, seed: int, env_name: str,
+           demo_kwargs: dict[str, Any], stage1: Stage1Config | None
+           ) -> dict[str, Any]:
+  """What `prepare` is asked to build, as report.json keeps it ("prepared"):
+  plain JSON, so that a reload compares it with what is on disk."""
+  if source == "hf" and model_dir and "://" not in model_dir:
+    model_dir = os.path.abspath(model_dir)
+  asked = dict(
+      source=source, model_dir=model_dir if source == "hf" else None,
+      seed=int(seed), env_name=env_name,
+      demo_kwargs=demo_kwargs if source == "demo" else None,
+      stage1=None if stage1 is None else {
+          k: v for k, v in dataclasses.asdict(stage1).items()
+          if k not in _STAGE1_HOW})
+  return json.loads(json.dumps(asked, sort_keys=True, default=repr))
+
+
+def _check_reload(folder: epath.Path, done: dict[str, Any] | None,
+                  asked: dict[str, Any]) -> None:
+  """Refuses to reload the policy in `folder` when what prepared it (`done`,
+  its report's "prepared"; None: a folder written before reports kept it,
+  reloaded with a warning) is not what is `asked` now.
+
+  Raises:
+    ValueError: naming each setting that differs.
+  """
+  if done is None:
+    logging.warning(
+        "%s does not record the source, model_dir, demo_kwargs and stage1 "
+        "it was prepared with (an older folder): reloading it as it is; if "
+        "they changed since, use another workdir or delete that folder",
+        os.fspath(folder))
+    return
+  diff = [f"{k}={done[k]!r} then, {asked[k]!r} now" for k in sorted(asked)
+          if k != "stage1" and k in done and done[k] != asked[k]]
+  if "stage1" in done:
+    was, now = done["stage1"], asked["stage1"]
+    if (was is None) != (now is None):
+      diff.append("stage1: not run then, asked now" if was is None
+                  else "stage1: run then, None now")
+    elif now is not None:
+      diff += [f"stage1.{k}={was[k]!r} then, {now[k]!r} now"
+               for k in sorted(now) if k in was and was[k] != now[k]]
+  if diff:
+    raise ValueError(
+        f"{os.fspath(folder)} holds a policy prepared with other settings "
+        f"({'; '.join(diff)}): use another workdir, or delete "
+        f"{os.fspath(folder)} to prepare it again as asked")
 
 
 @contextlib.contextmanager
@@ -360,7 +416,12 @@ def prepare(workdir, *, seed: int = 0, source: str = "demo",
       start) Stage 1 with annotator="rule" on a game without annotation
       rules or with a batch_size that does not split over `mesh`, or a mesh
       with several processes; a tokenizer that does not load or does not
-      fit the model (before the weights load).
+      fit the model (before the weights load); a `workdir/policy` prepared
+      with another source, model_dir (source="hf"), seed, env_name,
+      demo_kwargs (source="demo") or Stage 1 (run or not, and its settings
+      but tasks_per_batch and buckets), as its report.json records them,
+      before it loads (a folder whose report records none is reloaded,
+      with a warning).
     FileNotFoundError: a model folder without config.json, weights or
       tokenizer files.
   """
@@ -380,10 +441,14 @@ def prepare(workdir, *, seed: int = 0, source: str = "demo",
   folder = workdir / "policy"
   # The compute dtype is no part of config.json: a reload needs it too.
   overrides = {"dtype": dtype} if dtype else {}
+  asked = _asked(source=source, model_dir=model_dir, seed=seed,
+                 env_name=env_name, demo_kwargs=demo_kwargs, stage1=stage1)
   if (folder / "config.json").exists():
+    report = _load_report(folder)
+    _check_reload(folder, report.get("prepared"), asked)  # before any load
     logging.info("reloading the prepared policy from %s", folder)
     policy = _load_folder(folder, mesh, **overrides)
-    policy.report = _load_report(folder)
+    policy.report = report
     return policy
   if stage1 is not None and mesh is not None:  # a Stage 1 still to run
     sft_lib.check_mesh_batch(mesh, stage1.batch_size)
@@ -411,6 +476,8 @@ def prepare(workdir, *, seed: int = 0, source: str = "demo",
     policy = run_stage1(policy, stage1, workdir, env_name=env_name,
                         max_new_tokens=max_new_tokens, seed=seed,
                         teacher=teacher, mesh=mesh)
+  # What a resume compares with what it is asked (`_check_reload`).
+  policy.report = dict(policy.report, prepared=asked)
   if jax.process_index() == 0:
     _save_folder(policy, folder)  # the weights gathered to the host
   return policy

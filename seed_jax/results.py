@@ -54,14 +54,31 @@ def _refuse_constant(name: str):
   raise _NonFinite(f"{name} is not strict JSON")
 
 
+def _read_key(key: str) -> bool:
+  """Whether the summaries here read `key` of a record as a number."""
+  return key.startswith("eval/") or key == "env_steps" or key in DIAGNOSTICS
+
+
+def _non_numeric(record: Mapping[str, Any]) -> str | None:
+  """The first key read here (`_read_key`) whose value is no number or null
+  (a bool, a string, a list...), else None."""
+  for key, value in record.items():
+    if (value is not None and _read_key(key)
+        and (isinstance(value, bool)
+             or not isinstance(value, (int, float)))):
+      return key
+  return None
+
+
 def read_metrics(path: str) -> list[dict[str, Any]]:
   """The records of a run's metrics.jsonl, in order.
 
   Raises:
     ValueError: naming the file and line of a line that is not a JSON object
-      with an integer "update", or that holds NaN or Infinity (training
-      writes the file whole, with None for non-finite values, so it was
-      damaged or edited by hand).
+      with an integer "update", that holds NaN or Infinity, or whose
+      "env_steps", "eval/..." or `DIAGNOSTICS` value is not a number or null
+      (training writes the file whole, numbers with None for non-finite
+      values, so it was damaged or edited by hand).
   """
   records = []
   with open(path) as f:
@@ -77,10 +94,15 @@ def read_metrics(path: str) -> list[dict[str, Any]]:
       else:
         # bool is an int to isinstance; 2.0, "2" and null are no update.
         if isinstance(record, dict) and type(record.get("update")) is int:
-          records.append(record)
-          continue
-        problem = (f"{record!r:.200} is not a JSON object with an integer "
-                   "\"update\".")
+          bad = _non_numeric(record)
+          if bad is None:
+            records.append(record)
+            continue
+          problem = (f"{bad!r} is {record[bad]!r:.100}, not a number (or "
+                     "null).")
+        else:
+          problem = (f"{record!r:.200} is not a JSON object with an integer "
+                     "\"update\".")
       raise ValueError(
           f"{path} line {n}: {problem} Delete the file and resume the run: "
           "training writes it again from the history its checkpoint keeps")

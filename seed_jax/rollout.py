@@ -295,7 +295,16 @@ def rollout(generate: GenerateFn, pool: envs_base.EnvPool, rng: jax.Array, *,
   Returns:
     RolloutResult with samples in (step, member) order and one Episode per
     member; an episode whose environment raised is failed, with `error` set.
+
+  Raises:
+    ValueError: `max_steps` below 1 or `history_length` below 0 (before any
+      reset); `generate` answering another number of prompts than asked.
   """
+  if max_steps < 1:
+    raise ValueError(f"rollout needs max_steps >= 1, got {max_steps}")
+  if history_length < 0:
+    raise ValueError(f"rollout needs history_length >= 0, got "
+                     f"{history_length}")
   observations, infos = pool.reset(group_seeds)
   n = pool.size
   eps = []

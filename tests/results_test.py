@@ -1,6 +1,7 @@
 """The experiment summary against hand-computed means, stds and Table 6."""
 
 import math
+import re
 
 import PIL.Image
 import pytest
@@ -140,6 +141,26 @@ def test_read_metrics_names_the_line_of_a_bad_record(tmp_path, bad):
   path.write_text('{"update": 1, "kl": 0.5}\n\n{"update": 2, "kl": null}\n')
   assert results.read_metrics(str(path)) == [{"update": 1, "kl": 0.5},
                                              {"update": 2, "kl": None}]
+
+@pytest.mark.parametrize("key,value", [
+    ("eval/seen/success", '"0.5"'), ("eval/unseen/success/heat", '"1"'),
+    ("eval/seen/tasks", "[4.0]"), ("env_steps", '"12"'), ("kl", "true"),
+    ("skill_logp_gap", '{"mean": 0.1}'), ("analyses_parsed", "false")])
+def test_read_metrics_refuses_a_value_it_reads_that_is_not_a_number(
+    tmp_path, key, value):
+  path = tmp_path / "metrics.jsonl"
+  path.write_text('{"update": 0, "kl": 0.5}\n'
+                  f'{{"update": 1, "{key}": {value}}}\n')
+  with pytest.raises(ValueError, match=(
+      f"^{re.escape(str(path))} line 2: '{re.escape(key)}' is .*, not a "
+      "number")):
+    results.read_metrics(str(path))
+  # Null (a non-finite value, as training writes it), ints and keys read
+  # nowhere here pass.
+  path.write_text(f'{{"update": 1, "{key}": null, "eval/unseen/tasks/x": 4, '
+                  '"note": "text"}\n')
+  assert results.read_metrics(str(path))[0][key] is None
+
 
 def test_unequal_runs_are_reported_as_they_are():
   partial = {"grpo": {0: _history(lambda u: u / 10, env_steps=4),

@@ -88,6 +88,23 @@ def test_a_generate_that_drops_responses_is_an_error():
                     max_steps=3, group_seeds=[0])
 
 
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(max_steps=0), "max_steps >= 1, got 0"),
+    (dict(max_steps=-2), "max_steps >= 1, got -2"),
+    (dict(max_steps=3, history_length=-1), "history_length >= 0, got -1"),
+])
+def test_rollout_refuses_a_bad_max_steps_or_history_length(kwargs, match,
+                                                           monkeypatch):
+  pool = base.EnvPool("household", num_groups=1, group_size=2, max_steps=3)
+  generate, calls = _scripted(pool)
+  resets = []
+  monkeypatch.setattr(pool, "reset", lambda *a: resets.append(a))
+  with pytest.raises(ValueError, match=match):
+    rollout.rollout(generate, pool, jax.random.key(0), env_name="household",
+                    group_seeds=[0], **kwargs)
+  assert not calls and not resets  # refused before any work
+
+
 def test_env_error_mid_episode_fails_only_that_episode():
   pool = base.EnvPool("household", num_groups=1, group_size=2, max_steps=10)
   generate, _ = _scripted(pool)

@@ -2,9 +2,11 @@
 goes down, skill agreement."""
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -742,3 +744,107 @@ def test_a_stage1_batch_that_does_not_split_over_the_mesh_stops_prepare(
   policy = policies.prepare(tmp_path, stage1=policies.Stage1Config(batch_size=6),
                             mesh=partitioning.make_mesh((2, 2, 2)))
   assert len(policy.params["embed"]["embedding"].sharding.device_set) == 8
+
+
+def _no_load(*args, **kwargs):
+  raise AssertionError("the policy folder was loaded")
+
+
+def test_a_resume_asking_for_another_demo_policy_is_refused_before_it_loads(
+    tmp_path, monkeypatch, caplog):
+  """workdir/policy's report records what prepared it: a rerun in the same
+  workdir that asks for another warm start or Stage 1 is refused by name."""
+  def demo_policy(seed, demo_kwargs, cache_dir, **overrides):
+    del seed, demo_kwargs, cache_dir, overrides
+    return dataclasses.replace(testing.tiny_policy(),
+                               report={"warm_start": {"loss": 1.0}})
+
+  monkeypatch.setattr(policies, "_demo_policy", demo_policy)
+  run = tmp_path / "run"
+  kw = dict(seed=3, source="demo", stage1=None, demo_kwargs={"steps": 2})
+  first = policies.prepare(run, **kw)
+  monkeypatch.setattr(policies, "_demo_policy", _no_load)  # reloads only
+  with caplog.at_level(logging.WARNING):
+    again = policies.prepare(run, **kw)  # a plain resume: silent
+  assert not caplog.records
+  assert again.report == json.loads(json.dumps(first.report))
+  testing.assert_trees_equal(again.params, first.params)
+  monkeypatch.setattr(policies, "_load_folder", _no_load)
+  folder = str(run / "policy")
+  for change, want in [
+      (dict(stage1=policies.Stage1Config()), "stage1: not run then, asked now"),
+      (dict(demo_kwargs={"steps": 3}),
+       r"demo_kwargs=\{'env': 'household', 'steps': 2\} then, "
+       r"\{'env': 'household', 'steps': 3\} now"),
+      (dict(seed=4), "seed=3 then, 4 now"),
+      (dict(source="gguf"), "source='demo' then, 'gguf' now")]:
+    with pytest.raises(ValueError, match=(
+        f"^{re.escape(folder)} holds a policy prepared with other settings "
+        f"\\(.*{want}.*\\): use another workdir, or delete "
+        f"{re.escape(folder)}")):
+      policies.prepare(run, **dict(kw, **change))
+  assert first.report["prepared"]["demo_kwargs"] == {"steps": 2,
+                                                     "env": "household"}
+
+
+def test_a_resume_asking_for_another_model_or_stage1_is_refused(
+    tmp_path, monkeypatch, caplog):
+  from seed_jax import hf  # pylint: disable=g-import-not-at-top
+  start = testing.tiny_policy()
+  for name in ("a", "b"):
+    hf.save_pretrained(str(tmp_path / name), start.config, start.params,
+                       tokenizer=start.tokenizer)
+  stage1_runs = []
+
+  def run_stage1(policy, cfg, workdir, **kwargs):
+    del workdir, kwargs
+    stage1_runs.append(cfg)
+    if len(stage1_runs) == 1:  # interrupted (a teacher down): nothing saved
+      raise RuntimeError("interrupted")
+    return dataclasses.replace(policy, report={"stage1": {"steps": 1}})
+
+  monkeypatch.setattr(policies, "run_stage1", run_stage1)
+  run = tmp_path / "run"
+  cfg = policies.Stage1Config(num_tasks=2, tasks_per_batch=1)
+  kw = dict(source="hf", model_dir=str(tmp_path / "a"), stage1=cfg)
+  with pytest.raises(RuntimeError, match="interrupted"):
+    policies.prepare(run, **kw)
+  # The rerun goes on with Stage 1 (its journal), then saves the policy.
+  assert policies.prepare(run, **kw).report["stage1"] == {"steps": 1}
+  assert len(stage1_runs) == 2
+  # A resume with the same settings, the model folder named relative to
+  # another directory, or Stage 1 batched otherwise, reloads silently.
+  monkeypatch.chdir(tmp_path)
+  for change in ({}, dict(model_dir="a"),
+                 dict(stage1=dataclasses.replace(cfg, tasks_per_batch=2))):
+    with caplog.at_level(logging.WARNING):
+      policy = policies.prepare(run, **dict(kw, **change))
+    assert policy.report["stage1"] == {"steps": 1} and not caplog.records
+  assert len(stage1_runs) == 2
+  monkeypatch.setattr(policies, "_load_folder", _no_load)
+  for change, want in [
+      (dict(model_dir=str(tmp_path / "b")),
+       f"model_dir='{tmp_path / 'a'}' then, '{tmp_path / 'b'}' now"),
+      (dict(stage1=None), "stage1: run then, None now"),
+      (dict(stage1=dataclasses.replace(cfg, learning_rate=2e-5,
+                                       epochs=1)),
+       "stage1.epochs=3 then, 1 now; stage1.learning_rate=1e-05 then, "
+       "2e-05 now"),
+      (dict(env_name="sokoban"), "env_name='household' then, 'sokoban' now")]:
+    with pytest.raises(ValueError, match=re.escape(want)):
+      policies.prepare(run, **dict(kw, **change))
+
+
+def test_a_policy_folder_that_records_not_what_prepared_it_reloads(
+    tmp_path, monkeypatch, caplog):
+  """Folders written before report.json kept "prepared": reloaded as they
+  are, whatever is asked, with a warning."""
+  monkeypatch.setattr(policies, "_demo_policy", _no_load)
+  policies._save_folder(  # pylint: disable=protected-access
+      dataclasses.replace(testing.tiny_policy(),
+                          report={"warm_start": {"loss": 1.0}}),
+      tmp_path / "policy")
+  with caplog.at_level(logging.WARNING):
+    policy = policies.prepare(tmp_path, stage1=policies.Stage1Config())
+  assert policy.report == {"warm_start": {"loss": 1.0}}
+  assert "does not record the source, model_dir" in caplog.text
