@@ -67,6 +67,21 @@ class Sampled(tuple):
 GenerateFn = Callable[[Sequence[str], jax.Array], list[Generation]]
 
 
+def fitting_buckets(buckets: Sequence[int], context: int,
+                    max_new_tokens: int) -> tuple[int, ...]:
+  """The prompt buckets that leave room for `max_new_tokens` in a model of
+  `context` positions.
+
+  Raises:
+    ValueError: when none does.
+  """
+  out = tuple(b for b in buckets if b + max_new_tokens <= context)
+  if not out:
+    raise ValueError(f"no prompt bucket fits the model's context ({context}) "
+                     f"with max_new_tokens={max_new_tokens}")
+  return out
+
+
 class Policy:
   """Host-side wrapper around the jitted sampler: strings in, responses out.
 
@@ -131,13 +146,8 @@ class Policy:
     Raises:
       ValueError: when none does.
     """
-    ctx = self.config.max_position_embeddings
-    out = tuple(b for b in self._all_buckets if b + max_new_tokens <= ctx)
-    if not out:
-      raise ValueError(
-          f"no prompt bucket fits the model's context ({ctx}) with "
-          f"max_new_tokens={max_new_tokens}")
-    return out
+    return fitting_buckets(self._all_buckets,
+                           self.config.max_position_embeddings, max_new_tokens)
 
   def encode(self, prompt: str) -> list[int]:
     """Token ids of one prompt as a user turn (generation prompt appended).

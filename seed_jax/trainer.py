@@ -219,13 +219,9 @@ def check_prompt_budgets(rl: RLConfig, context: int) -> int:
       `rl.analysis_max_new_tokens` in `context` (as `rollout.Policy` says
       it), or an analysis prompt budget past the largest bucket that does.
   """
-  fitting = {}
-  for new in (rl.max_new_tokens, rl.analysis_max_new_tokens):
-    fitting[new] = [b for b in rl.prompt_buckets if b + new <= context]
-    if not fitting[new]:
-      raise ValueError(f"no prompt bucket fits the model's context ({context}) "
-                       f"with max_new_tokens={new}")
-  largest = max(fitting[rl.analysis_max_new_tokens])
+  rollout_lib.fitting_buckets(rl.prompt_buckets, context, rl.max_new_tokens)
+  largest = max(rollout_lib.fitting_buckets(rl.prompt_buckets, context,
+                                            rl.analysis_max_new_tokens))
   budget = rl.analysis_max_prompt_tokens or largest
   if budget > largest:
     raise ValueError(
