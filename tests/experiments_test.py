@@ -13,6 +13,7 @@ import pytest
 
 from seed_jax import experiments
 from seed_jax import runner
+from seed_jax import same_run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = os.path.join(ROOT, "configs/experiments/tiny.gin")
@@ -128,7 +129,7 @@ def test_trained_config_sets_only_the_workdir_aside():
   def config(method, *bindings, workdir="a", gin_file=DEMO):
     run, = experiments.plan(workdir, methods=[method], seeds=[0],
                             gin_files=[gin_file], bindings=bindings)
-    return experiments.trained_config(run)
+    return same_run.trained_config(run)
 
   seed = config("seed")
   assert seed == config("seed", workdir="b")
