@@ -22,7 +22,7 @@ def write_text(path: epath.PathLike, text: str) -> None:
   The text goes to a temporary file beside `path` whose name carries the
   process id (two writers never share one), which is then renamed over `path`.
   The parent directory is created when missing; the temporary file is removed
-  when the write fails. Local files are synced (`_sync`).
+  when the write fails. Local files are synced (`sync`).
 
   Args:
     path: the file to write (local, or any path etils.epath handles).
@@ -48,15 +48,15 @@ def _write(path: epath.PathLike, write) -> None:
   tmp = path.parent / f"{path.name}.tmp{os.getpid()}"
   try:
     write(tmp)
-    _sync(tmp)
+    sync(tmp)
     tmp.replace(path)
   except BaseException:
     tmp.unlink(missing_ok=True)
     raise
-  _sync(path.parent)
+  sync(path.parent)
 
 
-def _sync(path: epath.Path) -> None:
+def sync(path: epath.PathLike) -> None:
   """fsync of a local file or folder; other file systems sync on close."""
   name = os.fspath(path)
   if "://" in name:

@@ -19,6 +19,7 @@ import jax
 import ml_dtypes
 import numpy as np
 
+from seed_jax import atomic
 from seed_jax import model as model_lib
 
 Params = model_lib.Params
@@ -107,7 +108,7 @@ def write_safetensors(path: str, tensors: dict[str, np.ndarray]) -> None:
     f.flush()
     os.fsync(f.fileno())
   os.replace(tmp, path)
-  _sync_folder(os.path.dirname(os.path.abspath(path)))
+  atomic.sync(os.path.dirname(os.path.abspath(path)))
 
 
 def _write_json(path: str, value: Any) -> None:
@@ -117,15 +118,6 @@ def _write_json(path: str, value: Any) -> None:
     json.dump(value, f, indent=1)
     f.flush()
     os.fsync(f.fileno())
-
-
-def _sync_folder(folder: str) -> None:
-  """fsync of a folder, so the renames in it survive a power cut."""
-  fd = os.open(folder, os.O_RDONLY)
-  try:
-    os.fsync(fd)
-  finally:
-    os.close(fd)
 
 
 # ---------------------------------------------------------------------------
@@ -539,7 +531,7 @@ def save_pretrained(path: str, config: model_lib.ModelConfig, params: Params,
       os.remove(os.path.join(path, name))
   for name in written:  # config.json last
     os.replace(os.path.join(path, name + ".tmp"), os.path.join(path, name))
-  _sync_folder(path)
+  atomic.sync(path)
   if tokenizer is not None:
     tokenizer.save_pretrained(path)
 
