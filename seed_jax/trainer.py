@@ -665,8 +665,8 @@ class RLTrainer:
     # be judged by: they are left out of the batch (counted), not trained
     # on as a failure's.
     broken = {e.traj_uid for e in episodes if e.error is not None}
-    played = [s for p in parts for s in p["res"].samples]
-    samples = [s for s in played if s.traj_uid not in broken]
+    every = [s for p in parts for s in p["res"].samples]
+    samples = [s for s in every if s.traj_uid not in broken]
     if not samples:
       errors = [e.error for e in episodes if e.error is not None]
       raise RuntimeError(
@@ -675,7 +675,7 @@ class RLTrainer:
           + (f" (the first: {errors[0]})" if errors else ""))
     found = {k: v for p in parts for k, v in p["found"].items()}
     metrics = {"env_steps": float(sum(p["res"].env_steps for p in parts)),
-               "samples_env_error": float(len(played) - len(samples)),
+               "samples_env_error": float(len(every) - len(samples)),
                "prompts_truncated": float(sum(p["truncated"] for p in parts)),
                **times}  # this process's times
     metrics.update(merge_chunk_metrics([p["an"] for p in parts]))

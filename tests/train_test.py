@@ -214,13 +214,15 @@ def test_a_resume_with_another_model_is_refused_and_keeps_config_gin(
   gin.clear_config()
 
 
-def _refused(workdir, *args):
-  """train.main with the tiny config and `args`: its SystemExit message."""
+def _refused(workdir, *args, gin_file=TINY):
+  """train.main with `gin_file` (None: the default main job) and `args`:
+  its SystemExit message."""
+  files = [] if gin_file is None else ["--gin_file", os.path.join(ROOT,
+                                                                  gin_file)]
   gin.clear_config()
   try:
     with pytest.raises(SystemExit) as e:
-      train.main(["--gin_file", os.path.join(ROOT, TINY),
-                  f"--gin.WORKDIR='{workdir}'", *args])
+      train.main([*files, f"--gin.WORKDIR='{workdir}'", *args])
   finally:
     gin.clear_config()
   assert "In call to configurable" not in str(e.value)  # gin's addition
@@ -424,15 +426,9 @@ def test_analysis_budgets_past_the_demo_context_stop_before_the_warm_start(
     raise AssertionError("the warm start ran")
 
   monkeypatch.setattr(policies, "_demo_policy", warm_start)
-  gin.clear_config()
-  try:
-    with pytest.raises(SystemExit) as e:
-      train.main([f"--gin.WORKDIR='{tmp_path / 'run'}'",
-                  "--gin.train.train.min_free_bytes=0",
-                  "--gin.trainer.RLConfig.analysis_max_new_tokens=600"])
-  finally:
-    gin.clear_config()
-  assert str(e.value) == (
+  assert _refused(tmp_path / "run", "--gin.train.train.min_free_bytes=0",
+                  "--gin.trainer.RLConfig.analysis_max_new_tokens=600",
+                  gin_file=None) == (
       "error: analysis_max_prompt_tokens=1024 exceeds the largest prompt "
       "bucket that leaves room for analysis_max_new_tokens=600 (512)")
   assert not (tmp_path / "run").exists()
@@ -451,17 +447,10 @@ def test_analysis_budgets_past_a_model_folder_context_stop_before_loading(
     raise AssertionError("the model folder was loaded")
 
   monkeypatch.setattr(policies.hf, "load_tokenizer", load_tokenizer)
-  gin.clear_config()
-  try:
-    with pytest.raises(SystemExit) as e:
-      train.main(["--gin_file", os.path.join(
-          ROOT, "configs/experiments/qwen2_5_1_5b_alfworld_style.gin"),
-                  f"--gin.WORKDIR='{tmp_path / 'run'}'",
-                  f"--gin.MODEL_DIR='{model_dir}'",
-                  "--gin.train.train.min_free_bytes=0"])
-  finally:
-    gin.clear_config()
-  assert str(e.value) == (
+  assert _refused(tmp_path / "run", f"--gin.MODEL_DIR='{model_dir}'",
+                  "--gin.train.train.min_free_bytes=0",
+                  gin_file="configs/experiments/qwen2_5_1_5b_alfworld_style.gin"
+                  ) == (
       "error: analysis_max_prompt_tokens=2048 exceeds the largest prompt "
       "bucket that leaves room for analysis_max_new_tokens=512 (1024)")
   assert not (tmp_path / "run").exists()

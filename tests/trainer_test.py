@@ -205,13 +205,8 @@ def test_rollouts_at_a_temperature_are_scored_and_trained_at_it(policy):
   assert m["pg_clipfrac"] == 0
 
 
-def test_an_episode_whose_reset_failed_is_not_analyzed(policy):
-  t = _trainer(policy)
-
-  def broken(seed):
-    raise RuntimeError(f"no task for seed {seed}")
-
-  t.pool.members[1].reset = broken
+def _collect_and_spy(t, policy):
+  """One update's collect by trainer `t`, and the episodes it analyzed."""
   analyzed, real = [], t._analyze
 
   def spy(params, episodes, rng):
@@ -221,6 +216,17 @@ def test_an_episode_whose_reset_failed_is_not_analyzed(policy):
   t._analyze = spy
   c = t.collect(t.place_params(policy.params), jax.random.key(0),
                 update_index=0)
+  return c, analyzed
+
+
+def test_an_episode_whose_reset_failed_is_not_analyzed(policy):
+  t = _trainer(policy)
+
+  def broken(seed):
+    raise RuntimeError(f"no task for seed {seed}")
+
+  t.pool.members[1].reset = broken
+  c, analyzed = _collect_and_spy(t, policy)
   failed = [e for e in c.episodes if e.family == rollout.RESET_FAILED]
   assert len(failed) == 1 and failed[0].length == 0
   assert len(analyzed) == len(c.episodes) - 1
@@ -591,15 +597,7 @@ def test_steps_of_an_episode_whose_env_raised_are_not_trained_on(policy):
     return real_step(action)
 
   member.step = flaky
-  analyzed, real = [], t._analyze
-
-  def spy(params, episodes, rng):
-    analyzed.extend(episodes)
-    return real(params, episodes, rng)
-
-  t._analyze = spy
-  c = t.collect(t.place_params(policy.params), jax.random.key(0),
-                update_index=0)
+  c, analyzed = _collect_and_spy(t, policy)
   broken = [e for e in c.episodes if e.error is not None]
   assert len(broken) == 1 and broken[0].length >= 1
   assert broken[0].traj_uid not in {s.traj_uid for s in c.samples}
