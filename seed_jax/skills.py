@@ -367,9 +367,9 @@ def _step_skills(value: Any, num_steps: int | None,
 
 
 def _candidates(text: str):
-  yield text.strip()
   for m in _FENCE.finditer(text):
     yield m.group(1).strip()
+  yield text.strip()
   spans = set(_brace_spans(text, True)) | set(_brace_spans(text, False))
   for start, end in sorted(spans, key=lambda se: (se[0], -se[1])):
     if end - start <= _MAX_SPAN_CHARS:
@@ -381,7 +381,7 @@ def parse_analysis(text: Any, *, num_steps: int | None = None,
                    truncated: bool = False) -> Analysis | ParseError:
   """Parses an analysis reply, leniently; never raises.
 
-  Candidates in order: the whole reply, each fenced ``` block, then every
+  Candidates in order: each fenced ``` block, the whole reply, then every
   balanced {...} by position (outer before inner). Each is decoded as JSON,
   then again after repair (single quotes, trailing commas, bare keys, Python
   literals). The first object with a non-empty "episode_skill" wins (the

@@ -313,6 +313,11 @@ PARSE_CASES = [
      '"episode_skill": "\\ud83d\\ude00 go"}', Analysis("café", "😀 go")),
     ("raw_newline_in_string", '{"episode_summary": "a\nb", "episode_skill": '
      '"1. look\n2. take"}', Analysis("a\nb", "1. look\n2. take")),
+    # The spec's order: a fenced block before the whole reply, even where the
+    # whole reply decodes too (strict=False lets a fence sit in its string).
+    ("fence_before_whole_reply",
+     '{"episode_skill": "WHOLE\n```\n{\'episode_skill\': \'FENCE\'}\n```\n"}',
+     Analysis("", "FENCE")),
     ("broken_fence_then_good",
      '```json\n{"episode_skill": \n```\nretry: {"episode_skill": "y"}',
      Analysis("", "y")),
