@@ -14,8 +14,11 @@ Run (method, seed) trains in `OUT/<method>/seed<S>` as its own process,
 plus the method's bindings (`METHODS`) and then the `--gin` bindings given
 here (which may override them; but a binding of WORKDIR, SEED or VARIANT,
 or of the parameters they set, would do so for every run and is refused:
-use --out, --seeds and --methods); its output goes to `log.txt` there. Every
-method gets the same gin file, hence the same number of updates and samples.
+use --out, --seeds and --methods; so is a gin file whose train.train.seed is
+not %SEED); its output goes to `log.txt` there. Every method gets the same
+gin file, hence the same number of updates and samples; runs already in OUT
+with another budget (`same_run.BUDGET`: a rerun with another NUM_UPDATES,
+say) are refused (a run planned again may go on to more updates).
 `--methods` defaults to GRPO, SEED and the two ablations; `grpo_no_stage1`,
 GRPO from the start of `seed_no_stage1`, is a control to ask for, and so is
 `seed_oracle`, SEED with the rule-based annotator's skills.
@@ -732,13 +735,18 @@ def main(argv=None) -> int:
         print(f"left out, their checkpoints cannot be scored: {failed}",
               flush=True)
       return 1 if failed else 0
+    gin_files = args.gin_file or [DEFAULT_GIN]
     runs = plan(args.out, methods=args.methods, seeds=args.seeds,
-                gin_files=args.gin_file or [DEFAULT_GIN], bindings=args.gin)
+                gin_files=gin_files, bindings=args.gin)
     if args.parallel < 1:
       raise ValueError(f"--parallel must be at least 1, got {args.parallel}")
+    same_run.check_seed(gin_files, args.gin)  # a seed bound past SEED
     # A typo in a binding fails here, before any run starts.
     num_updates = {run.name: planned_updates(run) for run in runs}
     same_run.check_distinct(runs)  # an ablation that is its baseline again
+    same_run.check_budget(runs, {f"{m}/seed{s}": w for m, by_seed in
+                                 run_dirs(args.out).items()
+                                 for s, w in by_seed.items()})
     done = {run.name: runner.is_done(run.workdir, num_updates[run.name])
             for run in runs}
   except (FileNotFoundError, ValueError) as e:

@@ -176,6 +176,33 @@ def test_bindings_the_runner_makes_itself_are_refused(tmp_path, flags, name,
   assert not out.exists()
 
 
+@pytest.mark.parametrize("lines,binding", [
+    # SEED then unused: refused before too, but as an unused macro.
+    (["train.train.seed = 3"], "train.train.seed = 3"),
+    # SEED used elsewhere: every seed trained seed 3, silently.
+    (["train.train.seed = 3", "policies.prepare.seed = %SEED"],
+     "train.train.seed = 3"),
+    (["RUN_SEED = 3", "train.train.seed = %RUN_SEED",
+      "policies.prepare.seed = %SEED"], "train.train.seed = %RUN_SEED = 3"),
+])
+def test_a_gin_file_that_binds_the_seed_itself_is_refused(tmp_path, lines,
+                                                          binding):
+  """Its train.train.seed, not the runner's SEED, would seed every run."""
+  path = tmp_path / "fixed.gin"
+  path.write_text("include 'configs/experiments/tiny.gin'\n"
+                  "from __gin__ import dynamic_registration\n"
+                  "from seed_jax import policies\n"
+                  "from seed_jax import train\n" + "\n".join(lines) + "\n")
+  out = tmp_path / "exp"
+  with pytest.raises(SystemExit, match=(
+      rf"^error: with {re.escape(str(path))}, {re.escape(binding)}, not "
+      r"%SEED: every run would train that seed, whatever --seeds says")):
+    experiments.main(["run", "--out", str(out), "--gin_file", str(path),
+                      "--methods", "grpo,seed", "--seeds", "0,1",
+                      "--dry_run"])
+  assert not out.exists()
+
+
 def test_bindings_near_the_runners_own_are_taken():
   runs = experiments.plan(
       "out", methods=["grpo"], seeds=[0], gin_files=["a.gin"],
@@ -190,6 +217,31 @@ def test_bindings_near_the_runners_own_are_taken():
   with pytest.raises(ValueError, match="sets SEED"):
     experiments.plan("out", methods=["plain"], seeds=[0], gin_files=["a.gin"],
                      bindings=["SEED=1"], method_bindings={"plain": ()})
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_a_rerun_with_another_budget_is_refused(tmp_path, monkeypatch,
+                                                capsys, dry_run):
+  """grpo trained for 10 updates, then seed asked for 20 on the same OUT:
+  the summary would compare them. Refused before any run starts."""
+  from seed_jax import train  # pylint: disable=g-import-not-at-top
+  import gin  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(runner, "execute", lambda *a, **k: pytest.fail(
+      "a run started"))
+  out = tmp_path / "exp"
+  train.parse_gin([TINY], ["NUM_UPDATES=10"])
+  (out / "grpo" / "seed0").mkdir(parents=True)
+  (out / "grpo" / "seed0" / "config.gin").write_text(gin.config_str())
+  gin.clear_config()
+  argv = ["run", "--out", str(out), "--methods", "seed", "--seeds", "0",
+          "--gin_file", TINY, *(["--dry_run"] if dry_run else [])]
+  with pytest.raises(SystemExit, match=(
+      r"^error: runs already in OUT differ in budget from the runs to "
+      r"start: grpo/seed0 was trained with num_updates=10, not 20\.")):
+    experiments.main(argv + ["--gin", "NUM_UPDATES=20"])
+  if dry_run:  # the budget grpo had is taken
+    assert experiments.main(argv + ["--gin", "NUM_UPDATES=10"]) == 0
+    assert "# seed/seed0: to run, 10 updates" in capsys.readouterr().out
 
 
 def test_run_skips_finished_runs_status_and_summary(tmp_path, capsys,
