@@ -22,7 +22,8 @@ Writes JSON (every metric, named as in the run's metrics.jsonl:
 comparisons task by task) and CSV (split, family, success, tasks), by
 default to `RUN/eval/step_<N>_tasks<K>_seed<S>_temp<T>.{json,csv}` (see
 `report_path`), so evaluations with other settings never overwrite each
-other. Both files are written whole or not at all.
+other. Each file is written whole or not at all, and the JSON, the file
+readers trust, always matches the CSV beside it (see `write_report`).
 """
 
 from __future__ import annotations
@@ -336,6 +337,44 @@ def csv_text(table: Sequence[dict[str, Any]]) -> str:
   return buf.getvalue()
 
 
+def write_report(report: dict[str, Any], *, out_json: epath.PathLike,
+                 out_csv: epath.PathLike) -> None:
+  """Writes a report's JSON and CSV so that no JSON contradicts its CSV.
+
+  The JSON is the file readers trust: on disk, it means the evaluation is
+  complete (the experiments' rescoring reuses it instead of scoring again).
+  So both files are first written whole beside their names (a failed write,
+  such as a full disk, leaves the previous pair as it was); then the
+  previous JSON is removed, the CSV renamed into place, and the JSON last.
+  A crash at any point leaves the previous pair, the new one, or a CSV with
+  no JSON (an evaluation not done).
+
+  Args:
+    report: what `evaluate_run` returned.
+    out_json, out_csv: the two files (local, or any path etils.epath
+      handles).
+
+  Raises:
+    OSError: a write, removal or rename failed (with the outcomes above).
+  """
+  files = [(epath.Path(out_csv), csv_text(rows(report["metrics"]))),
+           (epath.Path(out_json), json.dumps(report, indent=1) + "\n")]
+  staged = [path.parent / f"{path.name}.new{os.getpid()}" for path, _ in files]
+  try:
+    for (_, text), tmp in zip(files, staged):
+      atomic.write_text(tmp, text)
+    json_path = files[1][0]
+    json_path.unlink(missing_ok=True)  # no JSON until the new one is whole
+    atomic.sync(json_path.parent)
+    for (path, _), tmp in zip(files, staged):  # the CSV, then the JSON
+      tmp.replace(path)
+      atomic.sync(path.parent)
+  except BaseException:
+    for tmp in staged:
+      tmp.unlink(missing_ok=True)
+    raise
+
+
 def format_table(table: Sequence[dict[str, Any]]) -> str:
   """The rows as aligned text: family, then success (tasks) per split."""
   by = {(r["split"], r["family"]): r for r in table}
@@ -517,10 +556,7 @@ def main(argv=None) -> dict[str, Any]:
   print(f"update {step} of {workdir}, {args.num_tasks} tasks per split, "
         f"temperature {args.temperature}:\n{format_table(table)}", flush=True)
   try:
-    # The CSV first: a JSON on disk means the evaluation is complete (the
-    # experiments' rescoring reuses it).
-    atomic.write_text(out_csv, csv_text(table))
-    atomic.write_text(out_json, json.dumps(report, indent=1) + "\n")
+    write_report(report, out_json=out_json, out_csv=out_csv)
   except OSError as e:
     raise SystemExit(f"error: could not write the report: {e}") from e
   print(f"wrote {out_json} and {out_csv}", flush=True)

@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 
+from etils import epath
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
@@ -384,3 +385,66 @@ def test_a_step_deleted_while_it_is_read_is_one_error_line(tiny_run,
                   e.value.code)
   assert "\n" not in e.value.code
   assert not os.path.exists(os.path.join(workdir, "eval"))
+
+
+class _Killed(BaseException):
+  """The process dying: nothing `main` catches."""
+
+
+def test_a_failed_or_killed_write_leaves_no_json_the_csv_contradicts(
+    tiny_run, tmp_path, monkeypatch):
+  """An old report pair, then a new evaluation to the same names that fails
+  (a full disk) or dies at each file operation of its writes in turn: a JSON
+  left on disk is whole and the CSV beside it is its own; a failed write
+  leaves the old pair."""
+  def fake_run(workdir, *, step, num_tasks, **kw):
+    del kw
+    metrics = {f"eval/{s}/{k}": v for s in ("seen", "unseen")
+               for k, v in (("success", 0.0), ("tasks", float(num_tasks)))}
+    return dict(workdir=str(workdir), step=step, num_tasks=num_tasks,
+                metrics=metrics, per_task={})
+
+  monkeypatch.setattr(evaluate, "evaluate_run", fake_run)
+  out = tmp_path / "out"
+  gpath = type(epath.Path(out))
+  ops, crash = [], {"at": None, "error": None}
+
+  def spied(name):
+    real = getattr(gpath, name)
+    def op(self, *args, **kwargs):
+      if os.fspath(self).startswith(os.fspath(out)):
+        ops.append(name)
+        if len(ops) == crash["at"]:
+          raise crash["error"]
+      return real(self, *args, **kwargs)
+    return op
+
+  for name in ("write_text", "replace", "unlink"):
+    monkeypatch.setattr(gpath, name, spied(name))
+  run = ["--workdir", tiny_run, "--out_json", str(out / "e.json")]
+  def pair():
+    return {n: (out / n).read_text() for n in os.listdir(out)}
+
+  evaluate.main(run + ["--num_tasks", "1"])
+  old = pair()
+  ops.clear()
+  evaluate.main(run + ["--num_tasks", "2"])
+  new, steps = pair(), list(ops)
+  assert sorted(old) == sorted(new) == ["e.csv", "e.json"] and old != new
+  for error in (OSError(28, "No space left on device"), _Killed()):
+    for at in range(1, len(steps) + 1):
+      shutil.rmtree(out)
+      out.mkdir()
+      for name, text in old.items():
+        (out / name).write_text(text)
+      ops.clear()
+      crash.update(at=at, error=error)
+      with pytest.raises(SystemExit if isinstance(error, OSError) else _Killed):
+        evaluate.main(run + ["--num_tasks", "2"])
+      crash["at"] = None
+      left = pair()  # no temporary file stays either
+      where = f"{type(error).__name__} at {steps[:at]}"
+      assert left in (old, new, {"e.csv": old["e.csv"]},
+                      {"e.csv": new["e.csv"]}), where
+      if steps[at - 1] == "write_text":  # a write failed, nothing replaced
+        assert left == old, where
