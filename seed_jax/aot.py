@@ -3,7 +3,9 @@ r"""Ahead-of-time fit check: does the train step (and the sampler) fit a pod?
 Lowers and compiles `train_step.train_step` for a target mesh built from fake
 CPU devices, one per chip of the topology, and `sampler.sample` as the
 trainer runs it: on one chip per host, with a full copy of the parameters
-(`RLTrainer.local_params`) beside that chip's shard of the training state.
+(`RLTrainer.local_params`) beside that chip's shard of the training state:
+the rollouts' sampler and, where the policy analyzes its own episodes, the
+analyses' (the largest analysis prompt bucket, `analysis_max_new_tokens`).
 It also compiles `scorer.score_dual` as the trainer scores each mini-batch
 after the rollouts (old and skill log-probs in one call, the larger of its
 scoring calls), beside the resident training state. It reports XLA's
@@ -19,6 +21,13 @@ sampler keeps it in float32).
   python -m seed_jax.aot --model=qwen2_5_3b --topology=v5p-8
   python -m seed_jax.aot --model=qwen2_5_7b --topology=v4-16 --mesh=1,4,2 \
       --batch=32 --micro_batches=8 --prompt_len=1024 --response_len=256
+
+The sizes the trainer sets come from the run's `trainer.RLConfig`, read from
+its gin files (`--gin_file`, default the model's experiment in `EXPERIMENTS`,
+and `--gin.NAME=VALUE` bindings, as `seed_jax.train` takes them): the
+mini-batch, micro-batches, response budget, remat and the analyses' budget;
+`--batch`, `--micro_batches`, `--response_len`, `--max_new_tokens` and
+`--no_remat` override them.
 
 The CLI creates the fake devices itself (`jax_num_cpu_devices`, before JAX
 starts). It exits 0 when the peak fits, 1 when it does not, and 2 on bad
@@ -43,6 +52,7 @@ import jax.numpy as jnp
 from seed_jax import checkpoints
 from seed_jax import model as model_lib
 from seed_jax import partitioning
+from seed_jax import rollout as rollout_lib
 from seed_jax import sampler as sampler_lib
 from seed_jax import scorer as scorer_lib
 from seed_jax import train_step as ts
@@ -91,14 +101,76 @@ TOPOLOGIES = {
 }
 
 
+# The experiment whose RL settings size each model's check by default.
+EXPERIMENTS = {"tiny": "configs/experiments/tiny.gin",
+               **{name: f"configs/experiments/{name}_alfworld_style.gin"
+                  for name in SHAPES}}
+
+
 def model_config(name: str, **overrides) -> model_lib.ModelConfig:
-  """A built-in shape (`SHAPES`), or "tiny" (`testing.tiny_config`)."""
+  """A built-in shape (`SHAPES`), or "tiny" (`testing.tiny_config` with the
+  context of `testing.tiny_policy`, which configs/experiments/tiny.gin
+  trains)."""
   if name == "tiny":
     from seed_jax import testing  # pylint: disable=g-import-not-at-top
-    return testing.tiny_config(**overrides)
+    return testing.tiny_config(**{"max_position_embeddings": 2048,
+                                  **overrides})
   if name not in SHAPES:
     raise ValueError(f"unknown model {name!r}; known: tiny, {sorted(SHAPES)}")
   return model_lib.ModelConfig(**{**SHAPES[name], **overrides})
+
+
+def run_config(gin_files: Sequence[str], bindings: Sequence[str] = ()
+               ) -> trainer_lib.RLConfig:
+  """The `train.train.rl` that `seed_jax.train` with these gin files and
+  bindings trains with; gin is cleared after.
+
+  Raises:
+    FileNotFoundError: a gin file that does not exist.
+    ValueError: files or bindings that do not parse (`train.parse_gin`), or
+      that bind no `train.train.rl`.
+  """
+  # Imported here: gin is the entry point's business, not the library's.
+  import gin  # pylint: disable=g-import-not-at-top
+  from seed_jax import train  # pylint: disable=g-import-not-at-top
+  gin.clear_config()
+  try:
+    train.parse_gin(gin_files, bindings)
+    rl = gin.get_bindings(train.train).get("rl")
+  finally:
+    gin.clear_config()
+  if not isinstance(rl, trainer_lib.RLConfig):
+    raise ValueError(f"{', '.join(gin_files)} bind no train.train.rl "
+                     "(a trainer.RLConfig): not a training run's gin files")
+  return rl
+
+
+def run_shapes(rl: trainer_lib.RLConfig, context: int) -> dict[str, Any]:
+  """`fit_report`'s sizes that the trainer takes from `rl`, for a model of
+  `context` positions.
+
+  Returns:
+    {"batch": rl.mini_batch_size, "micro_batches", "response_len" and
+     "max_new_tokens" (the rollouts' budget), "remat", "analysis": (prompt
+     bucket, rl.analysis_max_new_tokens) of the self-analyses' sampler call,
+     the largest bucket the analysis prompt budget fills, or None where the
+     policy does not analyze itself}.
+
+  Raises:
+    ValueError: budgets that do not fit `context`
+      (`trainer.check_prompt_budgets`).
+  """
+  budget = trainer_lib.check_prompt_budgets(rl, context)
+  analysis = None
+  if rl.analyzes and rl.analyzer == "self":
+    fits = rollout_lib.fitting_buckets(rl.prompt_buckets, context,
+                                       rl.analysis_max_new_tokens)
+    analysis = (min(b for b in fits if b >= budget),
+                rl.analysis_max_new_tokens)
+  return {"batch": rl.mini_batch_size, "micro_batches": rl.micro_batches,
+          "response_len": rl.max_new_tokens,
+          "max_new_tokens": rl.max_new_tokens, "remat": rl.remat,
+          "analysis": analysis}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,24 +274,31 @@ def compile_sampler(config, device: jax.Device, *, batch: int,
 
 
 def fit_report(config: model_lib.ModelConfig, *, topology: str,
-               mesh_shape: Sequence[int] = (1, -1, 1), batch: int = 32,
-               micro_batches: int = 4, prompt_len: int = 1024,
-               response_len: int = 256, sample_batch: int = 128,
-               max_new_tokens: int = 256, remat: bool = True,
+               batch: int, micro_batches: int, response_len: int,
+               max_new_tokens: int, remat: bool,
+               analysis: tuple[int, int] | None = None,
+               mesh_shape: Sequence[int] = (1, -1, 1),
+               prompt_len: int = 1024, sample_batch: int = 128,
                hbm_gib: float | None = None,
                devices: Sequence[jax.Device] | None = None,
                reference: bool = True) -> dict[str, Any]:
-  """Compiles both programs for `topology` and compares memory with HBM.
+  """Compiles the programs for `topology` and compares memory with HBM.
+
+  The sizes the trainer takes from its `RLConfig` (batch, micro_batches,
+  response_len, max_new_tokens, remat, analysis) are `run_shapes(rl, ...)`.
 
   Args:
     config: the model.
     topology: a `TOPOLOGIES` name; its chip count sets the mesh size.
-    mesh_shape: (data, fsdp, tensor), one size may be -1.
     batch: rows per optimizer step (the mini-batch), micro_batches of it
       at a time; prompt_len/response_len: the padded lengths.
-    sample_batch, max_new_tokens: rows and decode budget of one host's
-      sampler call (its share of a rollout's rows, padded to a power of two).
+    max_new_tokens: the rollouts' decode budget.
     remat: rematerialize decoder blocks in the backward pass.
+    analysis: (prompt length, decode budget) of the self-analyses' sampler
+      call, or None (no self-analysis).
+    mesh_shape: (data, fsdp, tensor), one size may be -1.
+    sample_batch: rows of one host's sampler call (its share of a rollout's
+      rows, padded to a power of two), the analyses' as the rollouts'.
     hbm_gib: per-chip memory (default the topology's).
     devices: the devices to use (default the first `chips` of this host).
     reference: count the KL reference's parameter shard, which `train.py`
@@ -230,8 +309,9 @@ def fit_report(config: model_lib.ModelConfig, *, topology: str,
      "reference": per-device bytes of the reference parameters (0 without),
      "train_peak" (the train step's peak plus the reference),
      "sampler": Memory (on one chip, the full parameters among its
-     arguments), "rollout_peak" (that chip's training-state shard, which
-     stays resident, plus the reference's shard and the sampler's peak),
+     arguments), "analyst": the analyses' sampler Memory, or None,
+     "rollout_peak" (that chip's training-state shard, which stays
+     resident, plus the reference's shard and the larger sampler peak),
      "scorer": Memory (`score_dual` over the mesh on a mini-batch),
      "scoring_peak" (the optimizer state and reference shards beside it;
      its arguments hold the parameters), "fits": bool (all three peaks fit)}.
@@ -254,6 +334,9 @@ def fit_report(config: model_lib.ModelConfig, *, topology: str,
   sample = Memory.of(compile_sampler(
       config, devices[0], batch=sample_batch, prompt_len=prompt_len,
       max_new_tokens=max_new_tokens))
+  analyst = None if analysis is None else Memory.of(compile_sampler(
+      config, devices[0], batch=sample_batch, prompt_len=analysis[0],
+      max_new_tokens=analysis[1]))
   score = Memory.of(compile_scorer(
       config, mesh, batch=batch, prompt_len=prompt_len,
       response_len=response_len))
@@ -268,14 +351,15 @@ def fit_report(config: model_lib.ModelConfig, *, topology: str,
   ref = params if reference else 0
   # The train step's arguments are the state shard (and one micro-batch):
   # the state stays on the chip while it samples and while it scores.
-  rollout = train.argument + ref + sample.peak
+  rollout = train.argument + ref + max(
+      sample.peak, analyst.peak if analyst else 0)
   scoring = state - params + ref + score.peak
   train_peak = train.peak + ref
   hbm = int((topo.hbm_gib if hbm_gib is None else hbm_gib) * GIB)
   return {"topology": topology, "mesh": dict(mesh.shape), "hbm_bytes": hbm,
           "train_step": train, "reference": ref, "train_peak": train_peak,
-          "sampler": sample, "rollout_peak": rollout, "scorer": score,
-          "scoring_peak": scoring,
+          "sampler": sample, "analyst": analyst, "rollout_peak": rollout,
+          "scorer": score, "scoring_peak": scoring,
           "fits": max(train_peak, rollout, scoring) <= hbm}
 
 
@@ -290,15 +374,18 @@ def format_report(report: dict[str, Any]) -> str:
            f"{'per device':11s}" + "".join(
                f"{h:>12s}" for h in ("arguments", "outputs", "aliased",
                                      "temp", "code", "peak"))]
-  for name in ("train_step", "sampler", "scorer"):
+  for name in ("train_step", "sampler", "analyst", "scorer"):
     m = report[name]
+    if m is None:  # no self-analysis
+      continue
     vals = (m.argument, m.output, m.alias, m.temp, m.code, m.peak)
     lines.append(f"{name:11s}" + "".join(f"{_size(v):>12s}" for v in vals))
   ref = report["reference"]
   plus = f" + the KL reference's shard ({_size(ref)})" if ref else ""
   lines.append(f"train step: its peak{plus} = {_size(report['train_peak'])}")
+  which = "the larger sampler's" if report["analyst"] else "the sampler's"
   lines.append(f"rollout, on the chip that samples: its state shard{plus} + "
-               f"the sampler's peak (full parameters) = "
+               f"{which} peak (full parameters) = "
                f"{_size(report['rollout_peak'])}")
   lines.append(f"scoring: the optimizer state's shard{plus} + the scorer's "
                f"peak (the parameters' shard) = "
@@ -332,20 +419,36 @@ def parse_flags(argv):
   p.add_argument("--topology", required=True, choices=sorted(TOPOLOGIES))
   p.add_argument("--mesh", type=_mesh, default=(1, -1, 1),
                  help="data,fsdp,tensor (default 1,-1,1)")
+  p.add_argument("--gin_file", action="append", default=None,
+                 help="the run's gin file(s), whose trainer.RLConfig sizes "
+                 "the check (default the model's experiment: EXPERIMENTS)")
+  p.add_argument("--gin", action="append", default=[], metavar="BINDING",
+                 help="a gin binding, also as --gin.NAME=VALUE")
   count = _positive(int)
-  p.add_argument("--batch", type=count, default=32)
-  p.add_argument("--micro_batches", type=count, default=4)
+  run = " (default the run's RLConfig's)"
+  p.add_argument("--batch", type=count, default=None,
+                 help="rows per optimizer step" + run)
+  p.add_argument("--micro_batches", type=count, default=None,
+                 help="micro-batches per optimizer step" + run)
   p.add_argument("--prompt_len", type=count, default=1024)
-  p.add_argument("--response_len", type=count, default=256)
+  p.add_argument("--response_len", type=count, default=None,
+                 help="the train batch's response length" + run)
   p.add_argument("--sample_batch", type=count, default=128)
-  p.add_argument("--max_new_tokens", type=count, default=256)
+  p.add_argument("--max_new_tokens", type=count, default=None,
+                 help="the rollouts' decode budget" + run)
   p.add_argument("--param_dtype", default="float32", choices=DTYPES)
   p.add_argument("--dtype", default="bfloat16", choices=DTYPES,
                  help="compute dtype")
-  p.add_argument("--no_remat", action="store_true")
+  p.add_argument("--no_remat", action="store_true",
+                 help="check without remat, whatever the run's RLConfig says")
   p.add_argument("--hbm_gib", type=_positive(float), default=None,
                  help="memory per chip (default the topology's)")
-  return p.parse_args(argv)
+  args, rest = p.parse_known_args(argv)
+  for arg in rest:  # --gin.NAME=VALUE, as seed_jax.train takes them
+    if not (arg.startswith("--gin.") and "=" in arg):
+      p.error(f"unrecognized argument {arg!r}")
+    args.gin.append(arg[len("--gin."):])
+  return args
 
 
 def main(argv=None) -> int:
@@ -360,21 +463,26 @@ def main(argv=None) -> int:
   config = model_config(args.model, param_dtype=args.param_dtype,
                         dtype=args.dtype)
   context = config.max_position_embeddings
-  try:
+  try:  # before any compilation
+    rl = run_config(args.gin_file or [EXPERIMENTS[args.model]], args.gin)
+    shapes = run_shapes(rl, context)
+    for flag in ("batch", "micro_batches", "response_len", "max_new_tokens"):
+      if getattr(args, flag) is not None:
+        shapes[flag] = getattr(args, flag)
+    if args.no_remat:
+      shapes["remat"] = False
     for what, n in (("--prompt_len + --response_len",
-                     args.prompt_len + args.response_len),
+                     args.prompt_len + shapes["response_len"]),
                     ("--prompt_len + --max_new_tokens",
-                     args.prompt_len + args.max_new_tokens)):
-      if n > context:  # before any compilation
+                     args.prompt_len + shapes["max_new_tokens"])):
+      if n > context:
         raise ValueError(f"{what} = {n} exceeds {args.model}'s context of "
                          f"{context} positions")
     report = fit_report(
         config, topology=args.topology, mesh_shape=args.mesh,
-        batch=args.batch, micro_batches=args.micro_batches,
-        prompt_len=args.prompt_len, response_len=args.response_len,
-        sample_batch=args.sample_batch, max_new_tokens=args.max_new_tokens,
-        remat=not args.no_remat, hbm_gib=args.hbm_gib)
-  except ValueError as e:
+        prompt_len=args.prompt_len, sample_batch=args.sample_batch,
+        hbm_gib=args.hbm_gib, **shapes)
+  except (FileNotFoundError, ValueError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
   print(f"{args.model}: {config.num_layers} layers, hidden "
