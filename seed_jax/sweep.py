@@ -16,7 +16,9 @@ run's final metrics (from its metrics.jsonl) is printed and written to
 `WORKDIR/name/summary.{md,csv}`. `--local` records each run's bindings in
 its folder (`sweep_run.json`); a sweep file changed since, so that run i
 would mean other settings than the ones trained in `WORKDIR/name/i`, is
-refused before anything runs, is printed or is summarized.
+refused before anything runs, is printed or is summarized. A relative
+`--sweep`, like a `--gin_file`, is looked for in the current directory, then
+in the source checkout.
 
   python -m seed_jax.sweep --sweep=configs/sweeps/opd_lambda_beta.py \
       --gin_file=configs/experiments/tiny.gin --workdir=runs/sweeps --local
@@ -44,17 +46,33 @@ DEFAULT_METRICS = ("eval/seen/success", "eval/unseen/success", "success_rate",
 LAUNCHERS = ("local", "tpu", "slurm")
 
 
-def load(path: str) -> list[dict[str, Any]]:
-  """The binding sets of a sweep file, in order.
+def find_file(path: str) -> str:
+  """`path` as given, else under the source checkout, as gin files are
+  found (`train.find_gin_file`): configs/sweeps/... from any directory.
 
   Raises:
-    FileNotFoundError: no such file.
+    FileNotFoundError: naming the paths tried.
+  """
+  from seed_jax import train  # pylint: disable=g-import-not-at-top
+  try:
+    return train.find_gin_file(path)
+  except FileNotFoundError:
+    tried = dict.fromkeys(os.path.abspath(p)
+                          for p in (path, os.path.join(train.ROOT, path)))
+    raise FileNotFoundError(f"no sweep file {path!r} (looked for "
+                            f"{' and '.join(tried)})") from None
+
+
+def load(path: str) -> list[dict[str, Any]]:
+  """The binding sets of a sweep file (found as `find_file` does), in order.
+
+  Raises:
+    FileNotFoundError: no such file, naming the paths tried.
     ValueError: when the file does not run (a syntax error, an exception:
       named with its line), has no `sweep()` or yields something else than
       non-empty dicts.
   """
-  if not os.path.isfile(path):
-    raise FileNotFoundError(f"no sweep file {path!r}")
+  path = find_file(path)
   spec = importlib.util.spec_from_file_location("_seed_sweep", path)
   if spec is None or spec.loader is None:
     raise ValueError(f"cannot load sweep file {path!r}")
@@ -363,7 +381,8 @@ def run_local(runs: Sequence[Mapping[str, Any]], *, gin_files: Sequence[str],
 
 def parse_flags(argv):
   parser = argparse.ArgumentParser(description="Expand and run a sweep.")
-  parser.add_argument("--sweep", required=True, help="configs/sweeps/*.py")
+  parser.add_argument("--sweep", required=True,
+                      help="configs/sweeps/*.py (here, else in the checkout)")
   parser.add_argument("--gin_file", action="append", required=True)
   parser.add_argument("--workdir", required=True,
                       help="runs go to WORKDIR/<sweep>/<index>")

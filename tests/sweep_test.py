@@ -55,6 +55,29 @@ def test_a_missing_sweep_file_or_a_bad_binding_is_a_plain_error(tmp_path):
                 "--gin.VARIANT=seed"])
 
 
+def test_a_relative_sweep_file_is_found_in_the_checkout_as_gin_files_are(
+    tmp_path, monkeypatch, capsys):
+  monkeypatch.chdir(tmp_path)  # not the checkout
+  argv = ["--gin_file=configs/experiments/tiny.gin", "--workdir=runs",
+          "--emit_commands"]
+  assert sweep.main(["--sweep=configs/sweeps/opd_lambda_beta.py", *argv]) == 0
+  lines = capsys.readouterr().out.splitlines()
+  assert len(lines) == 7 and "'runs/opd_lambda_beta/6'" in lines[6]
+  assert sweep.load("configs/sweeps/opd_lambda_beta.py") == sweep.load(SWEEP)
+  # A file here comes first.
+  (tmp_path / "configs" / "sweeps").mkdir(parents=True)
+  (tmp_path / "configs" / "sweeps" / "opd_lambda_beta.py").write_text(
+      "def sweep():\n  yield {'trainer.RLConfig.opd_coef': 0.5}\n")
+  assert sweep.main(["--sweep=configs/sweeps/opd_lambda_beta.py", *argv]) == 0
+  assert len(capsys.readouterr().out.splitlines()) == 1
+  with pytest.raises(SystemExit) as e:
+    sweep.main(["--sweep=configs/sweeps/nope.py", *argv])
+  assert str(e.value) == (
+      "error: no sweep file 'configs/sweeps/nope.py' (looked for "
+      f"{tmp_path}/configs/sweeps/nope.py and "
+      f"{ROOT}/configs/sweeps/nope.py)")
+
+
 def test_a_workdir_binding_is_refused(tmp_path, capsys):
   # It would override every run's WORKDIR/<sweep>/<index>: one folder for all.
   with pytest.raises(SystemExit):
