@@ -67,6 +67,26 @@ class Sampled(tuple):
 GenerateFn = Callable[[Sequence[str], jax.Array], list[Generation]]
 
 
+# The remedy `Policy` names; a caller whose prompts must not be cut (RL)
+# replaces it with its own.
+TRUNCATION_HINT = ("; raise the buckets or ask for left truncation "
+                   "(truncate_prompts=True)")
+
+
+class PromptTooLongError(ValueError):
+  """A prompt longer than the largest prompt bucket, with truncation off.
+
+  `index`: the prompt's position among those of the call that raised;
+  `tokens`: its length; `largest`: the largest bucket. (Defaults only so
+  that a pickled copy rebuilds from its message; pickling keeps them.)
+  """
+
+  def __init__(self, message: str, *, index: int = -1, tokens: int = 0,
+               largest: int = 0):
+    super().__init__(message)
+    self.index, self.tokens, self.largest = index, tokens, largest
+
+
 def fitting_buckets(buckets: Sequence[int], context: int,
                     max_new_tokens: int) -> tuple[int, ...]:
   """The prompt buckets that leave room for `max_new_tokens` in a model of
@@ -186,6 +206,12 @@ class Policy:
     (prompt, response, logprobs) with `.truncated`, in prompt order.
 
     More prompts than `rows_per_call()` are sampled in slices of that many.
+
+    Raises:
+      PromptTooLongError: without `truncate_prompts`, a prompt longer than
+        the largest bucket that leaves room for the response (nothing is
+        sampled).
+      ValueError: no bucket leaves room for `max_new_tokens`.
     """
     n = len(prompt_ids)
     if n == 0:
@@ -193,6 +219,8 @@ class Policy:
     new = max_new_tokens or self.max_new_tokens
     buckets = (self.buckets if new == self.max_new_tokens
                else self.buckets_for(new))
+    if not self.truncate_prompts:  # before any slice is sampled
+      self._check_fits(prompt_ids, max(buckets), new)
     per_call = self.rows_per_call()
     if per_call is None or n <= per_call:
       return self._sample(params, prompt_ids, rng, sampling, new, buckets)
@@ -203,6 +231,22 @@ class Policy:
       out += self._sample(params, prompt_ids[start:start + per_call],
                           jax.random.fold_in(rng, j), sampling, new, buckets)
     return out
+
+  def _check_fits(self, prompt_ids: Sequence[Sequence[int]], largest: int,
+                  new: int) -> None:
+    """Raises PromptTooLongError for the first prompt past `largest`."""
+    for i, ids in enumerate(prompt_ids):
+      if len(ids) <= largest:
+        continue
+      room = ""
+      if max(self._all_buckets) > largest:
+        room = (f"; the larger buckets of {self._all_buckets} leave no room "
+                f"for max_new_tokens={new} in the model's context of "
+                f"{self.config.max_position_embeddings} positions")
+      raise PromptTooLongError(
+          f"prompt of {len(ids)} tokens exceeds the largest bucket "
+          f"({largest}){TRUNCATION_HINT}{room}", index=i, tokens=len(ids),
+          largest=largest)
 
   def _sample(self, params, prompt_ids: Sequence[Sequence[int]],
               rng: jax.Array, sampling: sampler_lib.Sampling, new: int,
@@ -309,6 +353,9 @@ def rollout(generate: GenerateFn, pool: envs_base.EnvPool, rng: jax.Array, *,
   Raises:
     ValueError: `max_steps` below 1 or `history_length` below 0 (before any
       reset); `generate` answering another number of prompts than asked.
+    PromptTooLongError: `generate` found a prompt past its largest bucket;
+      the message names the step and the episode (its `index` is the
+      episode's member index).
   """
   if max_steps < 1:
     raise ValueError(f"rollout needs max_steps >= 1, got {max_steps}")
@@ -343,7 +390,16 @@ def rollout(generate: GenerateFn, pool: envs_base.EnvPool, rng: jax.Array, *,
         env_name, eps[i].task, histories[i], observations[i],
         infos[i]["admissible_actions"], history_length=history_length)
                for i in active]
-    gens = generate(prompts, sub)
+    try:
+      gens = generate(prompts, sub)
+    except PromptTooLongError as e:
+      if not 0 <= e.index < len(active):
+        raise
+      ep = eps[active[e.index]]
+      raise PromptTooLongError(
+          f"rollout step {t + 1}/{max_steps}, episode {ep.traj_uid} (group "
+          f"{ep.uid}, seed {ep.seed}, task {ep.task!r}): {e}",
+          index=active[e.index], tokens=e.tokens, largest=e.largest) from None
     if len(gens) != len(prompts):  # zip would drop the unanswered steps
       raise ValueError(f"generate returned {len(gens)} responses for "
                        f"{len(prompts)} prompts")

@@ -598,10 +598,23 @@ class RLTrainer:
         params, prompts, r, sampler_lib.Temperature(rl.temperature))
     truncated = self.policy.prompts_truncated
     t = time.time()
-    res = rollout_lib.rollout(
-        gen, self.pool, jax.random.fold_in(rng_roll, chunk),
-        env_name=self.env_name, max_steps=rl.max_steps,
-        history_length=rl.history_length, group_seeds=seeds, uid_offset=start)
+    where = f"update {update_index + 1}, chunk {chunk + 1}/{self.chunks}"
+    try:
+      res = rollout_lib.rollout(
+          gen, self.pool, jax.random.fold_in(rng_roll, chunk),
+          env_name=self.env_name, max_steps=rl.max_steps,
+          history_length=rl.history_length, group_seeds=seeds,
+          uid_offset=start)
+    except rollout_lib.PromptTooLongError as e:
+      # RL's policy never cuts a prompt (it would train on another
+      # context): the remedies are RL's own knobs.
+      raise rollout_lib.PromptTooLongError(
+          f"{where}: {str(e).replace(rollout_lib.TRUNCATION_HINT, '')}; "
+          "RL never cuts prompts: raise "
+          f"RLConfig.prompt_buckets (now {tuple(rl.prompt_buckets)}) or "
+          f"shorten the prompts with RLConfig.history_length (now "
+          f"{rl.history_length})",
+          index=e.index, tokens=e.tokens, largest=e.largest) from None
     faults.maybe_crash("rollout", update_index)
     shift = chunk * groups * rl.group_size  # trajectory ids stay unique
     for s in res.samples:
@@ -609,7 +622,6 @@ class RLTrainer:
     for e in res.episodes:
       e.traj_uid += shift
     rollout_time, t = time.time() - t, time.time()
-    where = f"update {update_index + 1}, chunk {chunk + 1}/{self.chunks}"
     logging.info("%s: %d episodes (%d env steps) played in %.0f s", where,
                  len(res.episodes), res.env_steps, rollout_time)
     found, an = {}, {}

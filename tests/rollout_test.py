@@ -205,6 +205,53 @@ def test_a_per_call_token_budget_picks_the_buckets_that_fit_it():
                         max_new_tokens=60)
 
 
+def test_a_prompt_past_the_largest_bucket_names_its_size_and_the_knobs(
+    monkeypatch):
+  sampled = []
+  monkeypatch.setattr(rollout.sampler_lib, "sample",
+                      lambda *a, **kw: sampled.append(1))
+  # 40 new tokens leave room in the 64-position context for the 16 bucket
+  # only: raising the buckets would not help, and the message says so.
+  policy, params = _tiny_sampler(max_new_tokens=40, buckets=(16, 48))
+  prompts = [[5, 6, 7], list(range(5, 35)), list(range(5, 25))]
+  with pytest.raises(rollout.PromptTooLongError) as info:
+    policy.generate_ids(params, prompts, jax.random.key(1), sampler.Greedy())
+  assert str(info.value) == (
+      "prompt of 30 tokens exceeds the largest bucket (16); raise the buckets "
+      "or ask for left truncation (truncate_prompts=True); the larger buckets "
+      "of (16, 48) leave no room for max_new_tokens=40 in the model's context "
+      "of 64 positions")
+  e = info.value
+  assert isinstance(e, ValueError) and (e.index, e.tokens, e.largest) == (
+      1, 30, 16)
+  again = pickle.loads(pickle.dumps(e))
+  assert (str(again), again.index, again.tokens) == (str(e), 1, 30)
+  assert not sampled and policy.prompts_truncated == 0  # refused up front
+
+
+def test_a_rollout_prompt_past_the_buckets_names_its_episode(monkeypatch):
+  monkeypatch.setattr(rollout.sampler_lib, "sample",
+                      lambda *a, **kw: pytest.fail("sampled a long prompt"))
+  policy, params = _tiny_sampler()  # one bucket of 16 tokens
+  pool = base.EnvPool("household", num_groups=2, group_size=2, max_steps=3)
+
+  def broken(seed):
+    raise RuntimeError(f"no task for seed {seed}")
+
+  pool.members[0].reset = broken  # not active: the first prompt is member 1's
+  gen = lambda prompts, rng: policy.generate(params, prompts, rng)
+  with pytest.raises(rollout.PromptTooLongError) as info:
+    rollout.rollout(gen, pool, jax.random.key(0), env_name="household",
+                    max_steps=3, group_seeds=[4, 9], uid_offset=10)
+  e, member = info.value, pool.members[1]
+  assert e.index == 1 and e.largest == 16 and e.tokens > 16
+  assert str(e) == (
+      f"rollout step 1/3, episode 1 (group 10, seed 4, task "
+      f"{member.task!r}): prompt of {e.tokens} tokens exceeds the largest "
+      "bucket (16); raise the buckets or ask for left truncation "
+      "(truncate_prompts=True)")
+
+
 def _tiny_sampler(**policy_kw):
   """(policy, params) of a random tiny model over a small BPE."""
   tok = tokenizer_lib.train_tokenizer(["a b c d e f g h"] * 5, vocab_size=300)

@@ -275,6 +275,59 @@ def test_token_ids_outside_the_vocabulary_are_named():
     sampler.sample(params, toks, b.mask, jax.random.key(0), **kw)
 
 
+def test_the_vocabulary_check_inside_a_callers_trace():
+  # Inside a caller's jit, eval_shape or grad, ids that are tracers are let
+  # through (no ConcretizationTypeError), while concrete ids are still read
+  # and refused, whatever the masks are.
+  cfg, params = _plus_one_model()
+  b = sampler.pad_left([[5, 6, 7], [10]], buckets=(4,))
+  kw = dict(config=cfg, max_new_tokens=3)
+  resp = np.array([[8, 9, 0], [11, 12, 13]], np.int32)
+  rmask = np.array([[1, 1, 0], [1, 1, 1]], np.int32)
+  key = jax.random.key(0)
+  bad = b.tokens.copy()
+  bad[1, 3] = V
+  said = rf"token id\(s\) {V} outside the model's vocabulary"
+  want = sampler.sample(params, b.tokens, b.mask, key, **kw).tokens
+  lp = scorer.score(params, b.tokens, b.mask, resp, rmask, config=cfg)
+  # Concrete ids, traced masks: checked, and good ids give the eager result.
+  got = jax.jit(lambda m: sampler.sample(params, b.tokens, m, key,
+                                         **kw).tokens)(b.mask)
+  np.testing.assert_array_equal(got, want)
+  got = jax.jit(lambda m, rm: scorer.score_dual(
+      params, b.tokens, m, b.tokens, m, resp, rm, config=cfg))(b.mask, rmask)
+  np.testing.assert_allclose(got[0], lp, atol=1e-5)
+  np.testing.assert_allclose(got[1], lp, atol=1e-5)
+  with pytest.raises(ValueError, match="prompts: " + said):
+    jax.jit(lambda m: sampler.sample(params, bad, m, key, **kw).tokens)(
+        b.mask)
+  with pytest.raises(ValueError, match="prompts: " + said):
+    jax.jit(lambda m, rm: scorer.score(params, bad, m, resp, rm,
+                                       config=cfg))(b.mask, rmask)
+  with pytest.raises(ValueError, match="prompts_b: " + said):
+    jax.jit(lambda m, rm: scorer.score_dual(
+        params, b.tokens, m, bad, m, resp, rm, config=cfg))(b.mask, rmask)
+  with pytest.raises(ValueError, match="prompts: " + said):
+    jax.grad(lambda p: scorer.score(p, bad, b.mask, resp, rmask,
+                                    config=cfg).sum())(params)
+  # Traced ids: let through, as when the trainer jits around the scorer.
+  got = jax.jit(lambda *a: scorer.score_dual(params, *a, config=cfg))(
+      b.tokens, b.mask, b.tokens, b.mask, resp, rmask)
+  np.testing.assert_allclose(got[0], lp, atol=1e-5)
+  # Shapes only (aot): eval_shape traces through the checked functions, and
+  # `lower` is the unchecked jitted function's.
+  spec = lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype)
+  out = jax.eval_shape(lambda t, m: sampler.sample(params, t, m, key, **kw),
+                       spec(b.tokens), spec(b.mask))
+  assert out.tokens.shape == (2, 3) and out.logprobs.dtype == jnp.float32
+  out = jax.eval_shape(lambda *a: scorer.score_dual(params, *a, config=cfg),
+                       *map(spec, (b.tokens, b.mask, b.tokens, b.mask, resp,
+                                   rmask)))
+  assert [o.shape for o in out] == [(2, 3), (2, 3)]
+  assert scorer.score.lower(params, *map(spec, (b.tokens, b.mask, resp,
+                                                rmask)), config=cfg)
+
+
 class _TextVocab:
   """A tokenizer stand-in: token i's text is TEXTS[i]."""
 

@@ -618,3 +618,22 @@ def test_an_update_whose_every_env_raised_is_a_clear_error(policy):
   with pytest.raises(RuntimeError, match="no step to train on: 4 of 4"):
     t.collect(t.place_params(policy.params), jax.random.key(0),
               update_index=0)
+
+
+def test_a_rollout_prompt_past_the_buckets_names_the_rl_knobs(
+    policy, monkeypatch):
+  t = _trainer(policy, prompt_buckets=(64,))
+  monkeypatch.setattr(rollout.sampler_lib, "sample",
+                      lambda *a, **kw: pytest.fail("sampled a long prompt"))
+  with pytest.raises(rollout.PromptTooLongError) as info:
+    t.collect(t.place_params(policy.params), jax.random.key(0),
+              update_index=2)
+  e = info.value
+  seed = base.split_seeds("train", 2, start=2 * 2)[0]  # update 3's first
+  assert e.index == 0 and e.largest == 64 and e.tokens > 64
+  assert str(e) == (
+      f"update 3, chunk 1/1: rollout step 1/3, episode 0 (group 4, seed "
+      f"{seed}, task {t.pool.members[0].task!r}): prompt of {e.tokens} "
+      "tokens exceeds the largest bucket (64); RL never cuts prompts: raise "
+      "RLConfig.prompt_buckets (now (64,)) or shorten the prompts with "
+      "RLConfig.history_length (now 2)")
