@@ -52,6 +52,7 @@ import jax.numpy as jnp
 from seed_jax import checkpoints
 from seed_jax import model as model_lib
 from seed_jax import partitioning
+from seed_jax import rl_checks
 from seed_jax import rollout as rollout_lib
 from seed_jax import sampler as sampler_lib
 from seed_jax import scorer as scorer_lib
@@ -158,9 +159,9 @@ def run_shapes(rl: trainer_lib.RLConfig, context: int) -> dict[str, Any]:
 
   Raises:
     ValueError: budgets that do not fit `context`
-      (`trainer.check_prompt_budgets`).
+      (`rl_checks.check_prompt_budgets`).
   """
-  budget = trainer_lib.check_prompt_budgets(rl, context)
+  budget = rl_checks.check_prompt_budgets(rl, context)
   analysis = None
   if rl.analyzes and rl.analyzer == "self":
     fits = rollout_lib.fitting_buckets(rl.prompt_buckets, context,

@@ -37,6 +37,7 @@ from seed_jax import hf
 from seed_jax import metrics as metrics_lib
 from seed_jax import partitioning
 from seed_jax import policies
+from seed_jax import rl_checks
 from seed_jax import teacher as teacher_lib
 from seed_jax import train_step as ts
 from seed_jax import trainer as trainer_lib
@@ -238,11 +239,11 @@ def train(workdir: str, *,
   # The layout and prompt budgets RLTrainer will use, checked before the
   # minutes of the warm start and Stage 1.
   mesh = partitioning.make_mesh(mesh_shape) if mesh_shape else None
-  trainer_lib.check_layout(rl, mesh, rollout_chunks)
-  trainer_lib.check_analyzer(rl, env_name, teacher)
+  rl_checks.check_layout(rl, mesh, rollout_chunks)
+  rl_checks.check_analyzer(rl, env_name, teacher)
   context = known_context(policy_fn, workdir)
   if context is not None:  # else RLTrainer checks, once the model is built
-    trainer_lib.check_prompt_budgets(rl, context)
+    rl_checks.check_prompt_budgets(rl, context)
   if mesh is None and jax.device_count() > 1:
     logging.warning("%d devices and no train.train.mesh_shape: training uses "
                     "one of them; set mesh_shape, e.g. (1, -1, 1), to use "

@@ -22,13 +22,13 @@ import numpy as np
 import optax
 
 from seed_jax import advantages as adv_lib
-from seed_jax import annotators
 from seed_jax import checkpoints
 from seed_jax import distributed
 from seed_jax import faults
 from seed_jax import metrics as metrics_lib
 from seed_jax import model as model_lib
 from seed_jax import partitioning
+from seed_jax import rl_checks
 from seed_jax import rollout as rollout_lib
 from seed_jax import sampler as sampler_lib
 from seed_jax import scorer
@@ -169,68 +169,6 @@ def _pad_rows(arrays: dict[str, np.ndarray], multiple: int) -> dict[str, np.ndar
           for k, v in arrays.items()}
 
 
-def check_layout(rl: RLConfig, mesh: jax.sharding.Mesh | None,
-                 rollout_chunks: int | None = None,
-                 rules: Sequence[tuple[str, Any]] | None = None
-                 ) -> tuple[jax.sharding.Mesh, int]:
-  """The mesh (one device when None) and rollout chunks an RLTrainer uses.
-
-  `train` calls it before any work too, so that a layout the trainer would
-  refuse stops the start before the warm start and Stage 1.
-
-  Raises:
-    ValueError: several processes without a mesh, rollout chunks that do not
-      split the groups over the processes, or a mini-batch the mesh does not
-      split into micro-batches.
-  """
-  processes = jax.process_count()
-  if mesh is None and processes > 1:
-    raise ValueError(
-        f"{processes} processes need a training mesh over all of their "
-        "devices: set train.train.mesh_shape, e.g. (1, -1, 1)")
-  mesh = mesh or partitioning.make_mesh((1, 1, 1), jax.devices()[:1])
-  chunks = rollout_chunks or processes
-  if rl.num_groups % chunks or chunks % processes:
-    raise ValueError(
-        f"rollout_chunks={chunks} must divide num_groups={rl.num_groups} "
-        f"and be a multiple of the {processes} processes")
-  try:
-    partitioning.check_batch_split(mesh, rl.mini_batch_size,
-                                   rl.micro_batches,
-                                   rules or partitioning.DEFAULT_RULES)
-  except ValueError as e:
-    raise ValueError(f"RLConfig.mini_batch_size={rl.mini_batch_size}, "
-                     f"micro_batches={rl.micro_batches}: {e}") from None
-  return mesh, chunks
-
-
-def check_prompt_budgets(rl: RLConfig, context: int) -> int:
-  """The analysis prompt budget in tokens, for a model of `context` positions:
-  `rl.analysis_max_prompt_tokens`, or else the largest prompt bucket that
-  leaves room for `rl.analysis_max_new_tokens`.
-
-  RLTrainer calls it with its model's context; `train` also before any work,
-  when the context is known before the model is built (a demo warm start, a
-  Hugging Face folder), so that budgets the trainer would refuse stop the
-  start before the warm start and Stage 1.
-
-  Raises:
-    ValueError: no prompt bucket leaves room for `rl.max_new_tokens` or
-      `rl.analysis_max_new_tokens` in `context` (as `rollout.Policy` says
-      it), or an analysis prompt budget past the largest bucket that does.
-  """
-  rollout_lib.fitting_buckets(rl.prompt_buckets, context, rl.max_new_tokens)
-  largest = max(rollout_lib.fitting_buckets(rl.prompt_buckets, context,
-                                            rl.analysis_max_new_tokens))
-  budget = rl.analysis_max_prompt_tokens or largest
-  if budget > largest:
-    raise ValueError(
-        f"analysis_max_prompt_tokens={rl.analysis_max_prompt_tokens} "
-        f"exceeds the largest prompt bucket that leaves room for "
-        f"analysis_max_new_tokens={rl.analysis_max_new_tokens} ({largest})")
-  return budget
-
-
 def merge_chunk_metrics(chunks: Sequence[Mapping[str, float]]
                         ) -> dict[str, float]:
   """One update's analysis metrics from its chunks': counts are summed, and
@@ -244,39 +182,6 @@ def merge_chunk_metrics(chunks: Sequence[Mapping[str, float]]
     else:
       out[key] = float(np.sum(vals))
   return out
-
-
-def check_analyzer(rl: RLConfig, env_name: str, teacher=None):
-  """The teacher that writes RL's analyses (None: the policy itself).
-
-  `train` calls it before any work too, so that an analyzer the trainer
-  would refuse stops the start before the warm start and Stage 1.
-
-  Raises:
-    ValueError: analyzer="external" without a teacher or with one bound
-      unlike the RL config, or analyzer="rules" with a teacher or on a game
-      without annotation rules.
-  """
-  if rl.analyzes and rl.analyzer == "rules":
-    if teacher is not None:
-      raise ValueError("analyzer='rules' writes its own analyses: pass no "
-                       "teacher (or use analyzer='external')")
-    annotators.check_env(env_name, "analyzer='rules'")
-    return annotators.RuleTeacher(rl.analysis_mode, rl.max_critical_steps)
-  if rl.analyzes and rl.analyzer == "external":
-    if teacher is None:
-      raise ValueError("analyzer='external' needs a teacher (an "
-                       "OpenAI-compatible endpoint): add "
-                       "--gin_file=configs/runs/external_teacher.gin")
-    # K matters only when critical steps are asked for.
-    if teacher.mode != rl.analysis_mode or (
-        rl.step_skills and teacher.max_critical_steps != rl.max_critical_steps):
-      raise ValueError(
-          f"the teacher asks for analyses in mode {teacher.mode!r} with "
-          f"max_critical_steps={teacher.max_critical_steps}, the RL config "
-          f"in mode {rl.analysis_mode!r} with "
-          f"max_critical_steps={rl.max_critical_steps}; bind them alike")
-  return teacher
 
 
 def _in_chunks(fn: Callable[..., Any], arrays: Sequence[np.ndarray],
@@ -373,7 +278,7 @@ class RLTrainer:
       ValueError: chunks that do not split the groups or the processes, a
         mini-batch that the data-parallel size does not divide, an
         external analyzer without a teacher, or prompt budgets that do not
-        fit the model's context (`check_prompt_budgets`).
+        fit the model's context (`rl_checks.check_prompt_budgets`).
     """
     self.config = model_config
     self.tokenizer = tokenizer
@@ -386,9 +291,10 @@ class RLTrainer:
     if taken:
       raise ValueError(f"env_kwargs may not set {taken}: the RL config "
                        "and the evaluation set them")
-    self.teacher = check_analyzer(rl, env_name, teacher)
+    self.teacher = rl_checks.check_analyzer(rl, env_name, teacher)
     rules = rules or partitioning.DEFAULT_RULES
-    self.mesh, self.chunks = check_layout(rl, mesh, rollout_chunks, rules)
+    self.mesh, self.chunks = rl_checks.check_layout(rl, mesh, rollout_chunks,
+                                                    rules)
     self.policy = rollout_lib.Policy(
         model_config, tokenizer, max_new_tokens=rl.max_new_tokens,
         buckets=rl.prompt_buckets, min_rows=8,
@@ -398,7 +304,7 @@ class RLTrainer:
     self.analyst = rollout_lib.Policy(
         model_config, tokenizer, max_new_tokens=rl.analysis_max_new_tokens,
         buckets=rl.prompt_buckets, min_rows=8, stop_strings=())
-    self.analysis_max_tokens = check_prompt_budgets(
+    self.analysis_max_tokens = rl_checks.check_prompt_budgets(
         rl, model_config.max_position_embeddings)
     self.pad_id = self.policy.pad_id
     self.pool = envs_base.EnvPool(
