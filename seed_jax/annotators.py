@@ -117,7 +117,10 @@ def _household(ep: Episode, gt: dict[str, Any]) -> tuple[str, str]:
   fam, t, target = gt["family"], gt["object_type"], gt["target_type"]
   start = gt["start_locations"]
   taken = [o for o in gt["taken"] if _kind(o) == t]
-  first = taken[0] if taken else _nearest_miss(gt)
+  # A success is told from the objects that met the goal (an object taken
+  # first may have been put back); a failure from the first one taken.
+  won = [o for o in _goal_met_by(gt) if o in taken] if ep.success else []
+  first = (won or taken)[0] if taken else _nearest_miss(gt)
   where = start.get(first) or next(iter(start.values()))
   opened = f"open {where}, " if where in gt["closed_at_start"] else ""
   head = f"{ep.length} steps on '{ep.task}'"
@@ -129,9 +132,7 @@ def _household(ep: Episode, gt: dict[str, Any]) -> tuple[str, str]:
                f"{gt['lamp_location']} where desklamp 1 stands and use the "
                "desklamp while holding it.")
     elif fam == "pick_two":
-      # `taken` logs every take: the same object can come back.
-      distinct = list(dict.fromkeys(taken))
-      second = start.get(distinct[1]) if len(distinct) > 1 else None
+      second = start[won[1]] if len(won) > 1 else None
       here = f" (here it was in {second})" if second else ""
       skill = (f"To place two objects: {find}, move it to a {target}, then "
                f"find a second {t}{here} and move it to the same {target}.")
@@ -191,10 +192,11 @@ def _household_failure(ep: Episode, gt: dict[str, Any], taken: list[str],
     return ("the object was never examined under the lamp.",
             f"The desklamp 1 is on {gt['lamp_location']}; carry the {t} there "
             "and use the desklamp 1 while holding it." + note)
-  placed = [r for o, r in gt["moved"] if _kind(o) == t and _kind(r) == target]
-  apart = _placed_apart(gt)
-  if fam == "pick_two" and len(apart) > 1:
-    (a, ra), (b, rb) = apart[:2]
+  placed = [(o, r) for o, r in gt["moved"]
+            if _kind(o) == t and _kind(r) == target]
+  left = _left_in_targets(gt)
+  if fam == "pick_two" and len(left) > 1:
+    (a, ra), (b, rb) = left[:2]  # one per target: two in one is a success
     return (f"the two {t}s went to different {target}s.",
             f"You put {a} in {ra} and {b} in {rb}; both {t}s must end in "
             f"the same {target}, so carry the second to the first." + note)
@@ -202,8 +204,13 @@ def _household_failure(ep: Episode, gt: dict[str, Any], taken: list[str],
     others = sorted(r for o, r in gt["start_locations"].items()
                     if o not in taken)
     hint = f"; another {t} was in {others[0]}" if others else ""
+    if not left:  # every placed one was taken out again
+      obj, r = placed[0]
+      return (f"no {t} was left in the {target}.",
+              f"You put {obj} in {r}, then took it out again{hint}. Put two "
+              f"{t}s in the same {target} and leave them there." + note)
     return (f"only one {t} reached the {target}.",
-            f"You placed one {t} in {placed[0]}{hint}. Put two {t}s in the "
+            f"You placed one {t} in {left[0][1]}{hint}. Put two {t}s in the "
             f"same {target}, one trip each." + note)
   return (f"the {t} never reached the {target}.",
           f"You had the {t} but never moved it to a {target}; go to "
@@ -247,19 +254,37 @@ def _processing_failure(gt: dict[str, Any],
   return None
 
 
-def _placed_apart(gt: dict[str, Any]) -> list[tuple[str, str]]:
-  """Goal objects left in target receptacles (object, receptacle), one per
-  receptacle, when no receptacle holds two; [] otherwise."""
+def _left_in_targets(gt: dict[str, Any]) -> list[tuple[str, str]]:
+  """Goal objects the agent moved to a target receptacle and left there
+  (object, receptacle): its last move, unless it was taken out again."""
   t, target = gt["object_type"], gt["target_type"]
-  final = {o: r for o, r in gt["moved"]}  # an object's last move
-  final.pop(gt.get("holding"), None)  # taken out again
-  at: dict[str, list[str]] = {}
-  for o, r in final.items():
-    if _kind(o) == t and _kind(r) == target:
-      at.setdefault(r, []).append(o)
-  if any(len(objs) > 1 for objs in at.values()):
-    return []
-  return [(objs[0], r) for r, objs in at.items()]
+  last = {o: r for o, r in gt["moved"]}  # an object's last move
+  last.pop(gt.get("holding"), None)  # taken out, still held
+  return [(o, r) for o, r in last.items()
+          if _kind(o) == t and _kind(r) == target]
+
+
+def _goal_met_by(gt: dict[str, Any]) -> list[str]:
+  """The goal objects that meet the goal at the end, in the order first
+  taken: the pair in one target (pick_two), the one held (look_at_in_light),
+  else one in a target (for clean/heat/cool, processed as asked); [] when
+  the goal is not met."""
+  fam, taken = gt["family"], gt["taken"]
+  where = dict(gt["start_locations"])
+  where.update((o, r) for o, r in gt["moved"] if o in where)
+  if gt.get("holding") in where:
+    where[gt["holding"]] = None
+  order = sorted(where, key=lambda o: (o not in taken,
+                                       taken.index(o) if o in taken else 0, o))
+  if fam == "look_at_in_light":
+    return [o for o in order if where[o] is None]
+  done = {o for verb, o, _ in gt["processed"] if verb == fam}
+  for r in gt["target_receptacles"]:
+    here = [o for o in order
+            if where[o] == r and (fam not in _PAST or o in done)]
+    if len(here) >= (2 if fam == "pick_two" else 1):
+      return here
+  return []
 
 
 # -- sokoban -----------------------------------------------------------------------
@@ -302,20 +327,9 @@ def _sokoban(ep: Episode, gt: dict[str, Any]) -> tuple[str, str]:
             "the level became unsolvable. Fill the targets in an order that "
             "keeps the way to the others open.")
   if k is not None:
-    kind = gt["deadlock_kind"]
-    r, c = gt["box"]
-    spot = {"corner": "into a corner", "wall": "against a wall"}.get(
-        kind, "into a stuck position")
-    rule = {"corner": "Never push a box into a corner that is not a target.",
-            "wall": "Never push a box against a wall unless a target lies "
-                    "along that wall."}.get(
-                        kind, "Never push a box where it cannot reach a "
-                              "target.")
-    return (f"Failure after {head}: step {k + 1} ({gt['first_unsolvable_action']}) "
-            "made the level unsolvable.",
-            f"Step {k + 1} ({gt['first_unsolvable_action']}) pushed the box "
-            f"{spot} at row {r + 1}, column {c + 1}, off any target, and the "
-            f"level became unsolvable. {rule}")
+    act = gt["first_unsolvable_action"]
+    return (f"Failure after {head}: step {k + 1} ({act}) made the level "
+            "unsolvable.", _fatal_push(gt, ep.steps[k].observation))
   if 2 * _invalid_count(ep) > max(n, 1):
     return (f"Failure after {head}: most replies had no valid action.",
             "Answer with exactly one of up, down, left, right inside <action> "
@@ -323,6 +337,79 @@ def _sokoban(ep: Episode, gt: dict[str, Any]) -> tuple[str, str]:
   return (f"Failure after {head}: the level stayed solvable but time ran out.",
           "Walk behind the box on the side opposite its target and push it "
           f"straight there instead of wandering. {plan}")
+
+
+_STUCK = {  # how a box off target was left, proven: (where, rule)
+    "corner": ("into a corner", "Never push a box into a corner that is not a "
+               "target."),
+    "wall": ("against a wall", "Never push a box against a wall unless a "
+             "target lies along that wall."),
+    "other": ("into a stuck position", "Never push a box where it cannot "
+              "reach a target."),
+}
+
+
+def _fatal_push(gt: dict[str, Any], grid: str) -> str:
+  """The skill of the push that made the level unsolvable, the box left off
+  any target. Blames the box's place (a wall, a stuck position) only when
+  that box, alone, could no longer reach a target (a corner always); when it
+  still could, the level died of the player's way or the other boxes.
+
+  Args:
+    gt: the sokoban ground truth, `first_unsolvable_step` set.
+    grid: the observation the push was made from (its walls and targets).
+  """
+  k, act = gt["first_unsolvable_step"], gt["first_unsolvable_action"]
+  r, c = gt["box"]
+  head = f"Step {k + 1} ({act}) pushed"
+  kind = gt["deadlock_kind"]
+  reach = False if kind == "corner" else _box_can_reach_target(grid, gt["box"])
+  if reach is False:
+    spot, rule = _STUCK.get(kind, _STUCK["other"])
+    return (f"{head} the box {spot} at row {r + 1}, column {c + 1}, off any "
+            f"target, and the level became unsolvable. {rule}")
+  at = f"to row {r + 1}, column {c + 1}, off any target"
+  if reach is None:  # `grid` is not a level: no cause is known
+    return (f"{head} the box {at}, and the level became unsolvable. Before "
+            "each push, check that every box can still reach a target.")
+  if gt["num_boxes"] == 1:
+    return (f"{head} the box {at}, from where you could no longer get behind "
+            "it to push it onto a target, and the level became unsolvable. "
+            "Before each push, check that you can still walk to every side "
+            "the box must be pushed from.")
+  return (f"{head} a box {at}, from where that box alone could still reach a "
+          "target but not all boxes could, and the level became unsolvable. "
+          "Push in an order that keeps each box's way and your own clear.")
+
+
+def _box_can_reach_target(grid: str, box: tuple[int, int]) -> bool | None:
+  """Whether `box`, alone on the level drawn in `grid` (the text symbols of
+  `sokoban`), could be pushed onto a target by a player free to stand on any
+  floor: False proves the box stuck off target, whatever the player and the
+  other boxes do. None when `grid` is not a level with floor at `box`.
+
+  Example: grid "######\\n#_XPO#\\n#____#\\n######", box (1, 2) -> True
+  (pushed right from (1, 1)); box (1, 1) -> False (a corner).
+  """
+  rows = grid.split("\n")
+  if len({len(row) for row in rows}) != 1 or set(grid) - set("#_OX√PS\n"):
+    return None
+  def free(p):
+    return (0 <= p[0] < len(rows) and 0 <= p[1] < len(rows[0])
+            and rows[p[0]][p[1]] != "#")
+  if not free(box):
+    return None
+  seen, todo = {tuple(box)}, [tuple(box)]
+  while todo:
+    r, c = todo.pop()
+    if rows[r][c] in "O√S":
+      return True
+    for dr, dc in ((1, 0), (-1, 0), (0, 1), (0, -1)):
+      to = (r + dr, c + dc)
+      if free(to) and free((r - dr, c - dc)) and to not in seen:
+        seen.add(to)
+        todo.append(to)
+  return False
 
 
 # gym_sokoban's ground_truth() is the built-in sokoban's (its `_as_builtin`).

@@ -57,7 +57,11 @@ from seed_jax.episodes import Episode
 # the annotator counts only the goal object as processed and tells goal
 # objects left in different targets (pick_two) and Sokoban pushes onto a
 # target that jam the level.
-VERSION = 5
+# 6: the annotator blames a Sokoban box's wall (or stuck position) only when
+# that box alone could no longer reach a target, tells a success from the
+# goal objects that met the goal, and a pick_two failure from where the
+# objects were left (one taken out again is no longer told as placed).
+VERSION = 6
 
 
 ENVS = (demos.ENV, sokoban_demos.ENV)  # the games with demonstrations

@@ -402,3 +402,109 @@ def test_sokoban_most_replies_invalid_means_more_than_half():
   ep = _episode(env, 0, ["jump", "down", "jump", "up", "jump"], reset=False)
   assert annotators.annotate(ep)["episode_summary"].endswith(
       "most replies had no valid action.")
+
+
+@pytest.mark.parametrize("level,moves,skill", [
+    # The box against the top wall, its target on that same wall: the player
+    # can no longer reach (row 2, column 2) to push it there.
+    ("######\n#__XO#\n##_P_#\n######", ["right", "up", "left"],
+     "Step 3 (left) pushed the box to row 2, column 3, off any target, from "
+     "where you could no longer get behind it to push it onto a target, and "
+     "the level became unsolvable. Before each push, check that you can "
+     "still walk to every side the box must be pushed from."),
+    # Two boxes: the pushed one, clear of walls, could still reach a target.
+    ("######\n###_##\n###__#\n#SX__#\n#_X_O#\n######", ["right", "left"],
+     "Step 1 (right) pushed a box to row 4, column 4, off any target, from "
+     "where that box alone could still reach a target but not all boxes "
+     "could, and the level became unsolvable. Push in an order that keeps "
+     "each box's way and your own clear."),
+    # A true wall deadlock: no target along the top wall.
+    ("######\n#____#\n#_X__#\n#_P_O#\n######", ["up", "left"],
+     "Step 1 (up) pushed the box against a wall at row 2, column 3, off any "
+     "target, and the level became unsolvable. Never push a box against a "
+     "wall unless a target lies along that wall."),
+])
+def test_sokoban_fatal_push_blames_the_wall_only_for_a_stuck_box(
+    level, moves, skill):
+  """The box of a fatal push is blamed on its place (a wall, a stuck
+  position) only when it alone could no longer reach a target."""
+  env = envs.make("sokoban", max_steps=len(moves))
+  env.load_text(level)
+  ep = _episode(env, 0, moves, reset=False)
+  assert ep.ground_truth["deadlock_kind"] in ("wall", "other")
+  assert annotators.annotate(ep)["episode_skill"] == skill
+  ep.steps[ep.ground_truth["first_unsolvable_step"]].observation = "?"
+  assert annotators.annotate(ep)["episode_skill"].endswith(
+      "and the level became unsolvable. Before each push, check that every "
+      "box can still reach a target.")  # no level to prove a cause on
+
+
+_TWO_MUGS = dict(family="pick_two", target_type="countertop", contents={
+    "cabinet 1": ["mug 1"], "coffeemachine 1": [], "countertop 1": [],
+    "countertop 2": [], "sinkbasin 1": ["mug 2"]})
+_PUT_BACK = ["go to sinkbasin 1", "take mug 2 from sinkbasin 1",
+             "go to countertop 1", "move mug 2 to countertop 1",
+             "take mug 2 from countertop 1"]
+
+
+@pytest.mark.parametrize("then,summary,skill", [
+    (["go to cabinet 1", "open cabinet 1", "move mug 2 to cabinet 1"],
+     "no mug was left in the countertop.",
+     "You put mug 2 in countertop 1, then took it out again; another mug was "
+     "in cabinet 1. Put two mugs in the same countertop and leave them "
+     "there."),
+    (["look"], "no mug was left in the countertop.",  # still held
+     "You put mug 2 in countertop 1, then took it out again; another mug was "
+     "in cabinet 1. Put two mugs in the same countertop and leave them "
+     "there."),
+    (["go to countertop 2", "move mug 2 to countertop 2"],
+     "only one mug reached the countertop.",
+     "You placed one mug in countertop 2; another mug was in cabinet 1. Put "
+     "two mugs in the same countertop, one trip each."),
+])
+def test_pick_two_failure_tells_where_the_mug_was_left(then, summary, skill):
+  """A mug put in countertop 1 and taken out again is not told as placed
+  there."""
+  ep = _played(_kitchen(**_TWO_MUGS), _PUT_BACK + then)
+  assert not ep.success
+  out = annotators.annotate(ep)
+  assert out["episode_summary"].endswith(summary)
+  assert out["episode_skill"] == skill
+
+
+def test_pick_two_success_names_the_mugs_that_met_the_goal():
+  """The first mug taken (from coffeemachine 1) goes to the countertop and
+  back; the workflow names the two that ended there."""
+  spec = dict(_TWO_MUGS, contents={**_TWO_MUGS["contents"],
+                                   "coffeemachine 1": ["mug 3"]})
+  ep = _played(_kitchen(**spec), [
+      "go to coffeemachine 1", "take mug 3 from coffeemachine 1",
+      "go to countertop 1", "move mug 3 to countertop 1",
+      "take mug 3 from countertop 1", "go to coffeemachine 1",
+      "move mug 3 to coffeemachine 1"] + _PUT_BACK[:4] + [
+      "go to cabinet 1", "open cabinet 1", "take mug 1 from cabinet 1",
+      "go to countertop 1", "move mug 1 to countertop 1"])
+  assert ep.success
+  assert annotators.annotate(ep)["episode_skill"] == (
+      "To place two objects: find the mug (check sinkbasins first; here it "
+      "was in sinkbasin 1), take it, move it to a countertop, then find a "
+      "second mug (here it was in cabinet 1) and move it to the same "
+      "countertop.")
+
+
+def test_look_success_names_the_object_held_under_the_lamp():
+  """The first pen taken is put back; the pen looked at came from desk 1."""
+  world = _kitchen(
+      room="bedroom", family="look_at_in_light", obj_type="pen",
+      target_type="desklamp", receptacles=["desk 1", "drawer 1",
+                                           "sidetable 1"],
+      contents={"desk 1": ["pen 2"], "drawer 1": ["pen 1"],
+                "sidetable 1": []}, closed=set(), lamp_at="sidetable 1")
+  ep = _played(world, [
+      "go to drawer 1", "take pen 1 from drawer 1", "move pen 1 to drawer 1",
+      "go to desk 1", "take pen 2 from desk 1", "go to sidetable 1",
+      "use desklamp 1"])
+  assert ep.success
+  assert annotators.annotate(ep)["episode_skill"].startswith(
+      "To look at an object under the lamp: find the pen (check desks first; "
+      "here it was in desk 1), take it, go to sidetable 1")
