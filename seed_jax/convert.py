@@ -15,6 +15,11 @@ The parameters keep the weights' dtype unless --dtype says otherwise. JAX
 (without x64) has no float64: float64 weights are refused unless --dtype
 names another dtype (e.g. `hf_to_orbax --dtype=float32`, which rounds them
 and records float32 in the orbax config.json), and float64 is never written.
+
+On several processes (`seed_jax.distributed`) every process reads and writes
+its shards; process 0 alone writes the small files and the Hugging Face
+safetensors, and tells the others how that went: when it fails, every
+process raises (the others a `WriterError`), none waits for it.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import orbax.checkpoint as ocp
 
 from seed_jax import atomic
 from seed_jax import checkpoints
+from seed_jax import distributed
 from seed_jax import hf
 from seed_jax import model as model_lib
 from seed_jax import partitioning
@@ -47,6 +53,26 @@ _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5",
 DTYPES = hf.PARAM_DTYPES
 
 
+class WriterError(RuntimeError):
+  """Process 0 failed to write the files of a conversion (on the others)."""
+
+
+def _on_writer(fn, what: str) -> None:
+  """Runs `fn()` on process 0 alone, every process told how it went.
+
+  A collective: every process calls it.
+
+  Raises:
+    what `fn` raised, on process 0; on the others a `WriterError` naming
+    `what` and that error.
+  """
+  error, failure = distributed.on_writer(fn)
+  if error is not None:
+    raise error
+  if failure is not None:
+    raise WriterError(f"process 0 failed to write {what}: {failure[1]}")
+
+
 def _side_files(folder: str) -> list[str]:
   """Tokenizer and other small files: everything but weights and config."""
   return sorted(
@@ -56,8 +82,6 @@ def _side_files(folder: str) -> list[str]:
 
 
 def _copy_side_files(src: str, dst: str) -> None:
-  if jax.process_index() != 0:
-    return
   os.makedirs(dst, exist_ok=True)
   for name in _side_files(src):
     shutil.copy2(os.path.join(src, name), os.path.join(dst, name))
@@ -111,6 +135,14 @@ def check_destination(dst: str, *, src: str | None = None) -> None:
                           "writable")
 
 
+def check_weights_dtype(dtype: str, folder: str, fix: str) -> None:
+  """Raises ValueError unless the weights of `folder`, `dtype`, can be held
+  (one of `DTYPES`), naming the folder, the dtype and `fix`."""
+  if dtype not in DTYPES:
+    raise ValueError(f"the weights in {folder!r} are {dtype}, which JAX "
+                     f"(without x64) cannot hold; {fix}")
+
+
 def check_dtype(dtype: str | None) -> None:
   """Raises ValueError unless `dtype` is None or one of `DTYPES` (float64:
   saying why, `hf.check_param_dtype`)."""
@@ -134,11 +166,9 @@ def source_dtype(src: str, dtype: str | None = None) -> str:
   if dtype is not None:
     return dtype
   found = hf.weights_dtype(src) or "float32"
-  if found not in DTYPES:
-    raise ValueError(
-        f"the weights in {src!r} are {found}, which JAX (without x64) cannot "
-        "hold; convert them rounded to float32 with --dtype=float32 "
-        "(dtype='float32'): the orbax config.json then says float32")
+  check_weights_dtype(
+      found, src, "convert them rounded to float32 with --dtype=float32 "
+      "(dtype='float32'): the orbax config.json then says float32")
   return found
 
 
@@ -160,6 +190,8 @@ def hf_to_orbax(src: str, dst: str, *, mesh_shape: Sequence[int] = (1, -1, 1),
     FileNotFoundError, NotADirectoryError, PermissionError, ValueError: as
       `check_dtype`, `check_source`, `check_destination` and
       `source_dtype`, before the model is read.
+    WriterError: on the other processes, when process 0 fails to write the
+      side files or config.json (it raises its own error), before `params`.
   """
   check_dtype(dtype)
   check_source(src)
@@ -175,10 +207,12 @@ def hf_to_orbax(src: str, dst: str, *, mesh_shape: Sequence[int] = (1, -1, 1),
       param_dtype=dtype)
   # The small files first and the parameters last: an interrupted run leaves
   # no `params`, so the same command can run again.
-  _copy_side_files(src, dst)
-  if jax.process_index() == 0:
+  def write():
+    _copy_side_files(src, dst)
     atomic.write_text(os.path.join(dst, "config.json"),
                       json.dumps(config.to_hf(), indent=1))
+
+  _on_writer(write, f"config.json and the side files of {dst}")
   with ocp.StandardCheckpointer() as ckptr:
     ckptr.save(target, params)
   return config
@@ -193,16 +227,14 @@ def restore_params(src: str, *, mesh_shape: Sequence[int] = (1, -1, 1),
 
   Raises:
     ValueError: the dtype is float64 (JAX cannot hold it): a folder written
-      by an earlier hf_to_orbax, whose parameters are float32, says float64.
+      by an earlier hf_to_orbax, whose parameters are float32, says float64
+      (`check_weights_dtype`).
   """
   if "param_dtype" not in overrides:
     found = hf.weights_dtype(src) or "float32"
-    if found not in DTYPES:
-      raise ValueError(
-          f"{os.path.join(src, 'config.json')} says the parameters are "
-          f"{found}, which JAX (without x64) cannot hold; an earlier "
-          "hf_to_orbax saved them as float32 under that label: set its "
-          "torch_dtype to float32")
+    check_weights_dtype(
+        found, src, "an earlier hf_to_orbax saved them as float32 under that "
+        "label: set torch_dtype to float32 in its config.json")
     overrides["param_dtype"] = found
   hf.check_param_dtype(overrides["param_dtype"], "param_dtype")
   config = hf.load_config(src, **overrides)
@@ -230,6 +262,8 @@ def orbax_to_hf(src: str, dst: str, *, mesh_shape: Sequence[int] = (1, -1, 1),
     FileNotFoundError, NotADirectoryError, PermissionError, ValueError: as
       `check_dtype`, `check_source` and `check_destination`, before anything
       is read or written.
+    WriterError: on the other processes, when process 0 fails to write the
+      Hugging Face folder (it raises its own error).
   """
   check_dtype(dtype)
   check_source(src, orbax=True)
@@ -237,9 +271,12 @@ def orbax_to_hf(src: str, dst: str, *, mesh_shape: Sequence[int] = (1, -1, 1),
   config, params = restore_params(src, mesh_shape=mesh_shape)
   if jax.process_count() > 1:  # a collective: whole tensors on every host
     params = multihost_utils.process_allgather(params, tiled=True)
-  if jax.process_index() == 0:  # the only writer
+
+  def write():
     hf.save_pretrained(dst, config, params, dtype=dtype)
-  _copy_side_files(src, dst)
+    _copy_side_files(src, dst)
+
+  _on_writer(write, f"the Hugging Face folder {dst}")
   return config
 
 
@@ -276,14 +313,13 @@ def main(argv=None) -> None:
   """Converts; bad flags or folders exit with one `error: ...` line."""
   try:
     args = parse_flags(sys.argv[1:] if argv is None else argv)
-    from seed_jax import distributed  # pylint: disable=g-import-not-at-top
     distributed.initialize()
     convert = hf_to_orbax if args.direction == "hf_to_orbax" else orbax_to_hf
     config = convert(args.src, args.dst, mesh_shape=args.mesh,
                      dtype=args.dtype)
   except KeyError as e:  # a tensor missing from the source
     raise SystemExit(f"error: {e.args[0]}") from None
-  except (OSError, ValueError) as e:
+  except (OSError, ValueError, WriterError) as e:
     raise SystemExit(f"error: {e}") from None
   print(f"{args.direction}: {config.family}, {config.num_layers} layers, "
         f"hidden {config.hidden_size} -> {args.dst}")

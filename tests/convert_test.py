@@ -4,6 +4,8 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 
 from etils import epath
 import jax
@@ -15,6 +17,7 @@ from seed_jax import convert
 from seed_jax import hf
 from seed_jax import model as model_lib
 from seed_jax import testing
+from tests import multihost_test
 
 
 def test_relative_destination(tmp_path, monkeypatch):
@@ -307,9 +310,104 @@ def test_an_orbax_folder_labelled_float64_is_refused(folders, tmp_path):
   cfg["torch_dtype"] = "float64"
   with open(os.path.join(ckpt, "config.json"), "w") as f:
     json.dump(cfg, f)
-  with pytest.raises(ValueError, match=r"config.json says the parameters are "
-                     "float64, .* set its torch_dtype to float32"):
+  with pytest.raises(ValueError, match=r"the weights in '.*/orbax' are "
+                     "float64, .* set torch_dtype to float32 in its "
+                     "config.json"):
     convert.restore_params(ckpt)
-  assert "set its torch_dtype to float32" in _exit_message(
+  assert "set torch_dtype to float32 in its config.json" in _exit_message(
       ["orbax_to_hf", f"--src={ckpt}", f"--dst={tmp_path}/back"])
   assert not os.path.exists(tmp_path / "back")
+
+
+@pytest.mark.parametrize("direction", ["hf_to_orbax", "orbax_to_hf"])
+def test_float64_folders_are_refused_in_one_form(folders, tmp_path,
+                                                 direction):
+  # A source folder and an orbax folder labelled float64: one message that
+  # names the folder and the dtype, each with its own fix.
+  folder = str(tmp_path / "src")
+  shutil.copytree(folders[0 if direction == "hf_to_orbax" else 1], folder)
+  with open(os.path.join(folder, "config.json")) as f:
+    cfg = json.load(f)
+  cfg["torch_dtype"] = "float64"
+  with open(os.path.join(folder, "config.json"), "w") as f:
+    json.dump(cfg, f)
+  message = _exit_message([direction, f"--src={folder}",
+                           f"--dst={tmp_path}/out"])
+  assert message.startswith(
+      f"error: the weights in {folder!r} are float64, which JAX (without "
+      "x64) cannot hold; "), message
+  assert not os.path.exists(tmp_path / "out")
+
+
+# One process of the test below (jax.distributed, gloo): process 0 alone
+# fails each write, then both convert again.
+_WORKER = """
+import json, os, sys
+from seed_jax import distributed
+distributed.initialize()
+import jax
+from seed_jax import atomic, convert, hf
+src, ckpt, out = sys.argv[1:]
+me, results = jax.process_index(), {}
+
+def attempt(name, fn):
+  try:
+    fn()
+    results[name] = ["ok"]
+  except Exception as e:
+    results[name] = [type(e).__name__, str(e)]
+
+def no_space(*args, **kwargs):
+  raise OSError(28, "No space left on device (injected)")
+
+write_text, save_pretrained = atomic.write_text, hf.save_pretrained
+if me == 0:
+  atomic.write_text = hf.save_pretrained = no_space
+attempt("hf_to_orbax", lambda: convert.hf_to_orbax(src, f"{out}/orbax"))
+attempt("orbax_to_hf", lambda: convert.orbax_to_hf(ckpt, f"{out}/hf"))
+atomic.write_text, hf.save_pretrained = write_text, save_pretrained
+attempt("again", lambda: convert.hf_to_orbax(src, f"{out}/orbax"))
+print("RESULTS " + json.dumps(results), flush=True)
+"""
+
+
+def test_a_write_failing_on_process_0_fails_every_process(folders, tmp_path):
+  # Process 0 alone writes config.json, the side files and the safetensors:
+  # when it fails, the others raise a WriterError naming its error at once,
+  # instead of waiting at the checkpoint's barrier (hf_to_orbax) or
+  # reporting a conversion that did not happen (orbax_to_hf).
+  address = f"127.0.0.1:{multihost_test._free_port()}"  # pylint: disable=protected-access
+  env = {k: v for k, v in os.environ.items()
+         if k != "XLA_FLAGS" and not k.startswith("SEED_")}
+  env["PYTHONPATH"] = os.pathsep.join(
+      [multihost_test.ROOT] + [p for p in [env.get("PYTHONPATH")] if p])
+  procs = [subprocess.Popen(
+      [sys.executable, "-c", _WORKER, *folders, str(tmp_path)],
+      cwd=multihost_test.ROOT, stdout=subprocess.PIPE,
+      stderr=subprocess.STDOUT,
+      env=dict(env, JAX_PLATFORMS="cpu", SEED_COORDINATOR=address,
+               SEED_NUM_PROCESSES="2", SEED_PROCESS_ID=str(i),
+               SEED_LOCAL_DEVICES="1")) for i in range(2)]
+  try:
+    logs = [p.communicate(timeout=240)[0].decode() for p in procs]
+  except subprocess.TimeoutExpired:
+    pytest.fail("a process still waited after 240s")
+  finally:
+    for p in procs:
+      p.kill()
+  results = []
+  for log in logs:
+    lines = [l for l in log.splitlines() if l.startswith("RESULTS ")]
+    assert lines, log[-3000:]
+    results.append(json.loads(lines[-1][len("RESULTS "):]))
+  first, second = results
+  injected = "[Errno 28] No space left on device (injected)"
+  assert first["hf_to_orbax"] == first["orbax_to_hf"] == ["OSError", injected]
+  assert second["hf_to_orbax"] == [
+      "WriterError", "process 0 failed to write config.json and the side "
+      f"files of {tmp_path}/orbax: OSError: {injected}"]
+  assert second["orbax_to_hf"] == [
+      "WriterError", "process 0 failed to write the Hugging Face folder "
+      f"{tmp_path}/hf: OSError: {injected}"]
+  assert first["again"] == second["again"] == ["ok"]  # still in step
+  assert sorted(os.listdir(tmp_path / "orbax")) == ["config.json", "params"]
