@@ -14,7 +14,8 @@ item is written, so a step directory that exists is complete. Once a save has
 finished, a manifest of the step's files (size and CRC-32 of each, or the
 size alone with `checksums=False`, which spares process 0 reading every file
 back: at 7B on network storage that is tens of GB per save) is added (to a
-step whose process stopped before that, once it restores);
+step whose process stopped before that, or whose manifest could not be
+written, which is logged, once it restores);
 `restore_latest` checks it, and a step whose files no longer match, or that
 fails to restore, is reported and skipped in favour of the step before it
 (then moved to `workdir/corrupt_checkpoints/`).
@@ -213,6 +214,35 @@ def write_manifest(step_dir: epath.PathLike, *, checksums: bool = True
   atomic.write_text(step_dir / MANIFEST, json.dumps(files))
 
 
+def _read_manifest(path: epath.Path) -> dict[str, list]:
+  """A manifest's {file: [size, crc or None]}.
+
+  Raises:
+    OSError: the file cannot be read.
+    ValueError: it is not JSON, or JSON of another shape (naming what).
+  """
+  files = json.loads(path.read_text())
+  if not isinstance(files, dict):
+    raise ValueError(f"{MANIFEST} holds {_clip(files)}, not a "
+                     "{file: [size, crc]} object")
+  for name, entry in files.items():
+    if not (isinstance(entry, list) and len(entry) == 2
+            and _is_count(entry[0])
+            and (entry[1] is None or _is_count(entry[1]))):
+      raise ValueError(f"{MANIFEST} records {name!r} as {_clip(entry)}, "
+                       "not [size, crc]")
+  return files
+
+
+def _is_count(x: Any) -> bool:
+  return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
+
+def _clip(value: Any) -> str:
+  text = json.dumps(value)
+  return text if len(text) <= 60 else text[:57] + "..."
+
+
 def check_manifest(step_dir: epath.PathLike) -> str | None:
   """Why a step directory does not match its manifest; None when it does.
 
@@ -224,7 +254,7 @@ def check_manifest(step_dir: epath.PathLike) -> str | None:
   if not path.exists():
     return None
   try:
-    files = json.loads(path.read_text())
+    files = _read_manifest(path)
   except ValueError as e:
     return f"unreadable manifest: {e}"
   for name, (size, crc) in files.items():
@@ -241,7 +271,7 @@ def check_manifest(step_dir: epath.PathLike) -> str | None:
 def _checksummed(step_dir: epath.Path) -> bool:
   """Whether the step's manifest holds a checksum of every file."""
   try:
-    files = json.loads((step_dir / MANIFEST).read_text())
+    files = _read_manifest(step_dir / MANIFEST)
   except (OSError, ValueError):
     return False
   return bool(files) and all(crc is not None for _, crc in files.values())
@@ -396,7 +426,8 @@ class Checkpointer:
     return saved
 
   def wait(self) -> None:
-    """Blocks until every started save is on disk, with its manifest."""
+    """Blocks until every started save is on disk, with its manifest (one
+    that cannot be written is logged; see `_write_manifests`)."""
     self._manager.wait_until_finished()
     self._write_manifests()
 
@@ -439,11 +470,24 @@ class Checkpointer:
     return self._reader
 
   def _write_manifests(self) -> None:
+    """Writes the manifests of the steps saved since the last call
+    (process 0).
+
+    A failure is only logged, as `_add_missing_manifest`'s: the step itself
+    is complete, is checked by its restore meanwhile and gets its manifest
+    once it restores (and the other processes, which write none, would
+    otherwise wait for this one at the next save).
+    """
     if jax.process_index() == 0:
       for step in self._unverified:
         step_dir = self.directory / str(step)
-        if step_dir.exists():  # not already removed by max_to_keep
-          write_manifest(step_dir, checksums=self._checksums)
+        try:
+          if step_dir.exists():  # not already removed by max_to_keep
+            write_manifest(step_dir, checksums=self._checksums)
+        except OSError as e:
+          logging.warning("could not write the manifest of checkpoint step "
+                          "%d in %s: %s; it is written once the step "
+                          "restores", step, self.directory, e)
     self._unverified = []
 
   def restore_latest(self, abstract_state: Any,

@@ -280,12 +280,16 @@ def train(workdir: str, *,
       # Both are copies on the mesh: the state's buffers are donated each step.
       reference = rl_trainer.place_params(policy.params)
       state = rl_trainer.create_state(policy.params)
-      start = 0
+      start = nonfinite_run = 0
     else:
       state, reference = restored.state, restored.reference
       history = metrics_lib.MetricHistory.from_json(
           restored.host.get("history"))
       start = restored.step
+      # Updates skipped in a row up to it (the final update is saved even
+      # when skipped): a run extended from there stops where an
+      # uninterrupted one would. Older checkpoints have none: 0.
+      nonfinite_run = int(restored.host.get("nonfinite_run", 0))
       if start > num_updates:  # else nothing runs, and `start`'s is returned
         raise ValueError(
             f"workdir {workdir} holds a checkpoint of update {start}, past "
@@ -314,7 +318,6 @@ def train(workdir: str, *,
     writer = metrics_lib.make_writer(workdir)
     with policies.working():
       eval_policy = rl_trainer.policy
-      nonfinite_run = 0
 
       def run_eval(update):
         return evaluate_lib.score(
@@ -360,7 +363,8 @@ def train(workdir: str, *,
         # state (skipped steps leave it as it was) is the one just reported.
         if nonfinite_run == 0 or done == num_updates:
           ckpt.save(done, state, reference=reference, rng=rng,
-                    host={"history": history.to_json()},
+                    host={"history": history.to_json(),
+                          "nonfinite_run": nonfinite_run},
                     force=done == num_updates)
           faults.maybe_crash("checkpoint", update)
         if is_writer and done < num_updates:

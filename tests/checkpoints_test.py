@@ -1,5 +1,6 @@
 """Checkpoint round trips on a 2x2x2 mesh, resume, mismatch and corruption."""
 
+import errno
 import functools
 import json
 import os
@@ -248,6 +249,25 @@ def test_corrupt_latest_falls_back(saved, tmp_path, damage):
   assert os.listdir(workdir / "corrupt_checkpoints")
 
 
+@pytest.mark.parametrize("manifest", ["[]", "null", '{"state/x": 5}',
+                                      '{"state/x": [1]}'])
+def test_a_manifest_of_another_shape_is_unreadable(saved, tmp_path,
+                                                   manifest):
+  # Valid JSON, but not {file: [size, crc]}: skipped and moved aside as an
+  # unreadable manifest is, not a raw TypeError from the resume.
+  workdir = _copy(saved, tmp_path)
+  step_dir = workdir / "checkpoints" / "3"
+  (step_dir / checkpoints.MANIFEST).write_text(manifest)
+  assert checkpoints.check_manifest(step_dir).startswith(
+      f"unreadable manifest: {checkpoints.MANIFEST} ")
+  with checkpoints.Checkpointer(workdir, model_config=CONFIG) as ckpt:
+    with pytest.warns(checkpoints.CorruptCheckpointWarning,
+                      match=r"step 3 .*\(unreadable manifest: "):
+      assert ckpt.restore_latest(_abstract(_mesh())[0]).step == 2
+    assert ckpt.all_steps() == [2]
+  assert os.listdir(workdir / "corrupt_checkpoints")
+
+
 def test_no_intact_step_is_an_error(saved, tmp_path):
   workdir = _copy(saved, tmp_path)
   for step in (2, 3):
@@ -474,3 +494,35 @@ def test_a_given_step_that_fails_to_restore_is_named(saved, tmp_path):
                        "may not fit it"):
       ckpt.restore(2, abstract_state.params)
   assert sorted(os.listdir(workdir / "checkpoints")) == ["2", "3"]
+
+
+def test_a_manifest_that_cannot_be_written_is_logged_not_raised(
+    tmp_path, monkeypatch, caplog):
+  # The step is complete without it: the saves go on (on several processes
+  # only process 0 writes manifests, so raising there would leave the
+  # others waiting), and the step gets its manifest once it restores.
+  def failing(step_dir, **kwargs):
+    raise OSError(errno.EIO, "Input/output error (injected)")
+
+  real = checkpoints.write_manifest
+  state = _make(1)[0]
+  ckpt = checkpoints.Checkpointer(tmp_path, model_config=CONFIG)
+  assert ckpt.save(1, state)
+  monkeypatch.setattr(checkpoints, "write_manifest", failing)
+  with caplog.at_level("WARNING"):
+    assert ckpt.save(2, state)  # after step 1's manifest failed
+    ckpt.close()  # step 2's fails too
+  for step in (1, 2):
+    assert (f"could not write the manifest of checkpoint step {step} in "
+            f"{tmp_path / 'checkpoints'}: [Errno 5] Input/output error "
+            "(injected)") in caplog.text
+  manifests = [tmp_path / "checkpoints" / str(s) / checkpoints.MANIFEST
+               for s in (1, 2)]
+  assert not any(m.exists() for m in manifests)
+  monkeypatch.setattr(checkpoints, "write_manifest", real)
+  abstract_state = _abstract(_mesh())[0]
+  with checkpoints.Checkpointer(tmp_path, model_config=CONFIG) as ckpt:
+    assert ckpt.restore_latest(abstract_state).step == 2
+    assert ckpt.restore(1, abstract_state).step == 1
+  assert all(m.exists() for m in manifests)
+  assert checkpoints.check_manifest(manifests[0].parent) is None

@@ -143,16 +143,18 @@ def test_non_finite_updates_stop_the_run_and_keep_the_last_checkpoint(
   assert history[-1]["skipped"] >= 1
 
 
-def test_a_final_update_with_skipped_steps_is_still_saved(tmp_path,
-                                                          monkeypatch):
+def test_a_final_update_with_skipped_steps_is_saved_and_counted(
+    tmp_path, monkeypatch):
   from seed_jax import checkpoints
   from seed_jax import train_step
   workdir = str(tmp_path / "nan_last")
-  _run(workdir, "--gin.VARIANT='grpo'", "--gin.NUM_UPDATES=1")
+  args = ("--gin.VARIANT='grpo'",
+          "--gin.train.train.max_consecutive_nonfinite=2")
+  _run(workdir, *args, "--gin.NUM_UPDATES=1")
   real = train_step.rl_loss
   monkeypatch.setattr(train_step, "rl_loss", lambda *a, **kw: (
       lambda loss, metrics: (loss * float("nan"), metrics))(*real(*a, **kw)))
-  _run(workdir, "--gin.VARIANT='grpo'", "--gin.NUM_UPDATES=2")
+  _run(workdir, *args, "--gin.NUM_UPDATES=2")
   ckpt = checkpoints.Checkpointer(workdir)
   # The evaluation reported for update 2 is of a checkpointed state.
   assert ckpt.all_steps() == [1, 2]
@@ -161,6 +163,16 @@ def test_a_final_update_with_skipped_steps_is_still_saved(tmp_path,
     last = [json.loads(line) for line in f][-1]
   assert last["update"] == 2 and last["skipped"] >= 1
   assert "eval/unseen/success" in last
+  # The run extended from there counts that skipped update: it stops at
+  # update 3, as an uninterrupted run from update 1 does (the test above),
+  # instead of starting its count again.
+  with pytest.raises(train.NonFiniteError,
+                     match="^2 consecutive .* stopped at update 3 "):
+    _run(workdir, *args, "--gin.NUM_UPDATES=3",
+         "--gin.train.train.eval_every=0")
+  ckpt = checkpoints.Checkpointer(workdir)
+  assert ckpt.all_steps() == [1, 2]
+  ckpt.close()
 
 
 def test_config_changes_on_resume_are_named(tmp_path, caplog):
