@@ -303,6 +303,7 @@ class Checkpointer:
 
     Args:
       workdir: the run's work directory; checkpoints go to its `checkpoints/`.
+        A relative local path is made absolute (the current directory's).
       model_config: written with every step and compared on restore.
       max_to_keep: how many of the latest steps to keep on disk.
       keep_every: also keep, past `max_to_keep`, every step that is a
@@ -331,6 +332,11 @@ class Checkpointer:
                        f"{save_interval} must both be at least 1")
     if keep_every < 0:
       raise ValueError(f"keep_every={keep_every} must be 0 (off) or more")
+    if "://" not in str(workdir):
+      # Orbax's writer refuses a relative path, but only in its background
+      # thread, at `wait`. Made absolute against this process's working
+      # directory, it names the folder that its own file operations would.
+      workdir = os.path.abspath(workdir)
     self.workdir = epath.Path(workdir)
     self.directory = self.workdir / "checkpoints"
     if not read_only:

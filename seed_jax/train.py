@@ -202,7 +202,8 @@ def train(workdir: str, *,
       every file (process 0 reads the files back after a save); False:
       sizes only, for large models on slow storage.
     max_consecutive_nonfinite: stop after this many skipped updates in a row.
-    min_free_bytes: refuse to start with less free space in the workdir.
+    min_free_bytes: refuse to start with less free space in the workdir
+      (as any process sees it: then every process refuses, naming it).
       Once the model is known (before the first update), the run also
       checks for room for the checkpoints it will write: `max_to_keep` + 1
       copies (one is written before the oldest goes) of the train state and
@@ -251,8 +252,10 @@ def train(workdir: str, *,
   if "://" not in str(workdir):  # orbax needs absolute local paths
     workdir = os.path.abspath(workdir)
   workdir = epath.Path(workdir)
-  checkpoints.check_writable(workdir)  # fail before any expensive work
-  checkpoints.check_free_space(workdir, min_free_bytes)
+  # Before any expensive work; every process refuses the start together.
+  check_on_every_process(lambda: (
+      checkpoints.check_writable(workdir),
+      checkpoints.check_free_space(workdir, min_free_bytes)))
   is_writer = jax.process_index() == 0
   policy = policy_fn(workdir, seed=seed, **_mesh_kwargs(policy_fn, mesh))
   config, tokenizer = policy.config, policy.tokenizer
@@ -304,7 +307,8 @@ def train(workdir: str, *,
                       + checkpoints.tree_bytes(abstract_params))
     kept = num_updates // keep_every if keep_every else 0
     to_write = max(1, max_to_keep + 1 + kept - len(ckpt.all_steps()))
-    checkpoints.check_free_space(workdir, one_checkpoint * to_write)
+    check_on_every_process(lambda: checkpoints.check_free_space(
+        workdir, one_checkpoint * to_write))
     # The start is sound: only now are these the run's settings (`evaluate`
     # reads them) and its TensorBoard events and metrics.jsonl rewritten.
     if is_writer:
@@ -380,6 +384,45 @@ def train(workdir: str, *,
         first = history.to_json()[0] if len(history) else {}
         print("\n" + metrics_lib.success_table(first, final), flush=True)
       return {k: v for k, v in final.items() if k.startswith("eval/")}
+
+
+def check_on_every_process(check: Callable[[], Any]) -> None:
+  """Runs a start-up `check` of the workdir on every process; when it raised
+  OSError on any of them, every process raises one, naming those processes.
+
+  A collective: every process calls it, in the same order. A process that
+  refused the start alone would leave the others waiting for it in their
+  next collective. Each process checks for itself, since each writes its
+  own shards of every checkpoint into the workdir (one folder that all
+  hosts must see): a host short of room, or that sees another disk, is
+  named. On one process, `check`'s own error is raised as it is.
+
+  Raises:
+    OSError: with the errno of the first process that refused (ENOSPC for
+      too little room), "process 1: why; processes 2, 3: why".
+  """
+  try:
+    check()
+    mine = None
+  except OSError as e:
+    mine = e
+  if jax.process_count() == 1:
+    if mine is not None:
+      raise mine
+    return
+  verdicts = distributed.allgather_objects(
+      None if mine is None else (mine.errno, mine.strerror or str(mine)))
+  refused = {}
+  for index, verdict in enumerate(verdicts):
+    if verdict is not None:
+      refused.setdefault(verdict[1], []).append(str(index))
+  if not refused:
+    return
+  text = "; ".join(
+      f"process{'es' if len(ids) > 1 else ''} {', '.join(ids)}: {why}"
+      for why, ids in refused.items())
+  code = next(v[0] for v in verdicts if v is not None)
+  raise (OSError(code, text) if code is not None else OSError(text)) from mine
 
 
 def _restart_jsonl(path: epath.Path, history: metrics_lib.MetricHistory, *,

@@ -286,6 +286,25 @@ def test_unwritable_workdir_under_a_file(tmp_path):
     checkpoints.Checkpointer(tmp_path / "file" / "run")
 
 
+def test_a_relative_workdir_is_made_absolute(tmp_path, monkeypatch):
+  """Orbax refuses a relative path only in its writer thread, at `wait`; the
+  Checkpointer takes it from the current directory instead."""
+  monkeypatch.chdir(tmp_path)
+  value = jax.numpy.arange(4.0)
+  with checkpoints.Checkpointer("run") as ckpt:
+    assert ckpt.save(1, {"w": value})
+    ckpt.wait()
+    assert str(ckpt.workdir) == str(tmp_path / "run")
+  assert (tmp_path / "run" / "checkpoints" / "1" / checkpoints.MANIFEST
+          ).exists()
+  target = {"w": jax.ShapeDtypeStruct(value.shape, value.dtype,
+                                      sharding=value.sharding)}
+  with checkpoints.Checkpointer("run", read_only=True) as ckpt:
+    restored = ckpt.restore_latest(target)
+  assert restored.step == 1
+  np.testing.assert_array_equal(restored.state["w"], value)
+
+
 @pytest.mark.skipif(os.geteuid() == 0,
                     reason="root writes through chmod; the test above "
                     "covers the error")

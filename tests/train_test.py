@@ -1,5 +1,6 @@
 """End to end: `python -m seed_jax.train` on the tiny config, SEED and GRPO."""
 
+import errno
 import json
 import os
 import re
@@ -256,6 +257,101 @@ def test_not_enough_disk_is_one_line(tmp_path):
                       "checkpoints; free some space or use another workdir",
                       message), message
   assert not (tmp_path / "run" / "config.gin").exists()
+
+
+def _as_processes(monkeypatch, count, fn):
+  """Runs `fn(index)` in `count` threads that pass for the processes of one
+  run (jax.process_index and process_count, distributed.allgather_objects);
+  what each returned or raised, in process order."""
+  import threading  # pylint: disable=g-import-not-at-top
+  import jax  # pylint: disable=g-import-not-at-top
+  from seed_jax import distributed  # pylint: disable=g-import-not-at-top
+  local = threading.local()
+  # A process that skips a collective its peers reach breaks it (no hang).
+  barrier = threading.Barrier(count, timeout=60)
+  slots = [None] * count
+
+  def allgather(obj):
+    slots[local.index] = obj
+    barrier.wait()
+    out = list(slots)
+    barrier.wait()
+    return out
+
+  monkeypatch.setattr(jax, "process_count", lambda: count)
+  monkeypatch.setattr(jax, "process_index", lambda: local.index)
+  monkeypatch.setattr(distributed, "allgather_objects", allgather)
+  outcomes = [None] * count
+
+  def run(index):
+    local.index = index
+    try:
+      outcomes[index] = fn(index)
+    except BaseException as e:  # pylint: disable=broad-except
+      outcomes[index] = e
+
+  threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join()
+  return outcomes
+
+
+def test_a_check_refused_on_any_process_is_raised_on_every_one(
+    monkeypatch):
+  def check_with(errors):  # process i's check raises errors[i], if any
+    def process(index):
+      def check():
+        if index in errors:
+          raise errors[index]
+      return train.check_on_every_process(check)
+    return process
+
+  assert _as_processes(monkeypatch, 3, check_with({})) == [None] * 3
+  full = OSError(errno.ENOSPC, "only 5.0 MiB free in /w")
+  for e in _as_processes(monkeypatch, 3, check_with({1: full, 2: full})):
+    assert isinstance(e, OSError) and e.errno == errno.ENOSPC, e
+    assert str(e) == "[Errno 28] processes 1, 2: only 5.0 MiB free in /w"
+  unwritable = PermissionError("checkpoint directory /w is not writable")
+  for e in _as_processes(monkeypatch, 2, check_with({0: unwritable})):
+    assert isinstance(e, OSError), e
+    assert str(e) == "process 0: checkpoint directory /w is not writable"
+
+
+def test_a_process_short_of_space_stops_every_process_before_the_policy(
+    tmp_path, monkeypatch):
+  """Process 1's disk lacks room (a host's own disk, or space that went
+  between the checks): every process refuses the start, naming it; none goes
+  on to build the policy, where the others would wait for it."""
+  import shutil  # pylint: disable=g-import-not-at-top
+  import jax  # pylint: disable=g-import-not-at-top
+  from seed_jax import trainer  # pylint: disable=g-import-not-at-top
+  workdir = tmp_path / "run"
+  built = []
+
+  class Built(Exception):
+    pass
+
+  def policy_fn(workdir, seed):
+    built.append(workdir)
+    raise Built
+
+  def disk_usage(path):  # 5 MiB free as process 1 sees it, 100 GiB else
+    free = 5 << 20 if jax.process_index() == 1 else 100 << 30
+    return shutil._ntuple_diskusage(100 << 30, (100 << 30) - free, free)  # pylint: disable=protected-access
+
+  monkeypatch.setattr(shutil, "disk_usage", disk_usage)
+  outcomes = _as_processes(monkeypatch, 2, lambda index: train.train(
+      str(workdir), policy_fn=policy_fn, mesh_shape=(1, -1, 1),
+      rl=trainer.RLConfig(num_groups=2, group_size=4, mini_batch_size=8,
+                          micro_batches=1)))
+  assert not built
+  for e in outcomes:
+    assert isinstance(e, OSError) and e.errno == errno.ENOSPC, outcomes
+    assert str(e) == (f"[Errno 28] process 1: only 5.0 MiB free in {workdir}; "
+                      "the run needs at least 1.00 GiB for its checkpoints; "
+                      "free some space or use another workdir")
 
 
 def test_a_workdir_that_cannot_be_written_is_one_line(tmp_path):
@@ -583,5 +679,8 @@ policies.prepare.stage1 = @policies.Stage1Config()
     gin.clear_config()
   assert name == "prepare" and dict(mesh.shape)["fsdp"] == 8
   # Several processes: each runs Stage 1 on its own device, as before.
+  from seed_jax import distributed  # pylint: disable=g-import-not-at-top
   monkeypatch.setattr(jax, "process_count", lambda: 2)
+  # The start-up checks' verdicts, as two alike processes would gather them.
+  monkeypatch.setattr(distributed, "allgather_objects", lambda obj: [obj] * 2)
   assert run(with_mesh) == ("with_mesh", 3, None)
