@@ -376,18 +376,11 @@ def test_a_write_failing_on_process_0_fails_every_process(folders, tmp_path):
   # when it fails, the others raise a WriterError naming its error at once,
   # instead of waiting at the checkpoint's barrier (hf_to_orbax) or
   # reporting a conversion that did not happen (orbax_to_hf).
-  address = f"127.0.0.1:{multihost_test._free_port()}"  # pylint: disable=protected-access
-  env = {k: v for k, v in os.environ.items()
-         if k != "XLA_FLAGS" and not k.startswith("SEED_")}
-  env["PYTHONPATH"] = os.pathsep.join(
-      [multihost_test.ROOT] + [p for p in [env.get("PYTHONPATH")] if p])
   procs = [subprocess.Popen(
       [sys.executable, "-c", _WORKER, *folders, str(tmp_path)],
       cwd=multihost_test.ROOT, stdout=subprocess.PIPE,
-      stderr=subprocess.STDOUT,
-      env=dict(env, JAX_PLATFORMS="cpu", SEED_COORDINATOR=address,
-               SEED_NUM_PROCESSES="2", SEED_PROCESS_ID=str(i),
-               SEED_LOCAL_DEVICES="1")) for i in range(2)]
+      stderr=subprocess.STDOUT, env=env)
+           for env in multihost_test.process_envs(2)]
   try:
     logs = [p.communicate(timeout=240)[0].decode() for p in procs]
   except subprocess.TimeoutExpired:

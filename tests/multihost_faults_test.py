@@ -18,19 +18,11 @@ TIMEOUT = 240  # a hung process fails the test instead of the suite
 def run_worker(out_dir, *scenarios):
   """Both processes' results, {scenario: [process 0's, process 1's]}."""
   os.makedirs(out_dir, exist_ok=True)
-  address = f"127.0.0.1:{multihost_test._free_port()}"  # pylint: disable=protected-access
-  env = {k: v for k, v in os.environ.items()
-         if k != "XLA_FLAGS" and not k.startswith("SEED_")}
-  # The checkout under test, not whichever seed_jax is installed.
-  env["PYTHONPATH"] = os.pathsep.join(
-      [multihost_test.ROOT] + [p for p in [env.get("PYTHONPATH")] if p])
   procs = [subprocess.Popen(
       [sys.executable, WORKER, str(out_dir), *scenarios],
-      cwd=multihost_test.ROOT,
-      env=dict(env, JAX_PLATFORMS="cpu", SEED_COORDINATOR=address,
-               SEED_NUM_PROCESSES="2", SEED_PROCESS_ID=str(i),
-               SEED_LOCAL_DEVICES="1"),
-      stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for i in range(2)]
+      cwd=multihost_test.ROOT, env=env,
+      stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+           for env in multihost_test.process_envs(2)]
   logs = []
   try:
     for p in procs:

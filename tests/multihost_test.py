@@ -22,6 +22,20 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
+def process_envs(n: int, local_devices: int = 1) -> list[dict[str, str]]:
+  """The environments of `n` local processes of one jax.distributed job
+  (gloo on CPU): the checkout under test first on PYTHONPATH, not whichever
+  seed_jax is installed, and no fake-device XLA_FLAGS."""
+  address = f"127.0.0.1:{_free_port()}"
+  env = {k: v for k, v in os.environ.items()
+         if k != "XLA_FLAGS" and not k.startswith("SEED_")}
+  env["PYTHONPATH"] = os.pathsep.join(
+      [ROOT] + [p for p in [env.get("PYTHONPATH")] if p])
+  return [dict(env, JAX_PLATFORMS="cpu", SEED_COORDINATOR=address,
+               SEED_NUM_PROCESSES=str(n), SEED_PROCESS_ID=str(i),
+               SEED_LOCAL_DEVICES=str(local_devices)) for i in range(n)]
+
+
 def _start(out_dir, **env):
   os.makedirs(out_dir, exist_ok=True)
   base = {k: v for k, v in os.environ.items()
