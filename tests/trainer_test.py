@@ -15,7 +15,6 @@ from seed_jax import annotators
 from seed_jax import model as model_lib
 from seed_jax import partitioning
 from seed_jax import policies
-from seed_jax import rl_checks
 from seed_jax import rollout
 from seed_jax import skills
 from seed_jax import teacher as teacher_lib
@@ -381,28 +380,6 @@ def test_several_processes_need_a_mesh(policy, monkeypatch):
     trainer_lib.RLTrainer(policy.config, policy.tokenizer,
                           trainer_lib.RLConfig(num_groups=2),
                           env_name="household", tx=optax.sgd(0.0))
-
-
-def test_check_prompt_budgets():
-  """What RLTrainer checks against its model's context, and `train` before
-  the model is built."""
-  rl = trainer_lib.RLConfig(prompt_buckets=(256, 512, 1024),
-                            max_new_tokens=32, analysis_max_new_tokens=64)
-  assert rl_checks.check_prompt_budgets(rl, 1536) == 1024
-  assert rl_checks.check_prompt_budgets(rl, 1000) == 512
-  with pytest.raises(ValueError, match=r"no prompt bucket fits the model's "
-                     r"context \(200\) with max_new_tokens=32"):
-    rl_checks.check_prompt_budgets(rl, 200)
-  with pytest.raises(ValueError, match=r"no prompt bucket fits the model's "
-                     r"context \(300\) with max_new_tokens=64"):
-    rl_checks.check_prompt_budgets(rl, 300)
-  rl = trainer_lib.RLConfig(prompt_buckets=(256, 512, 1024),
-                            max_new_tokens=32, analysis_max_new_tokens=600,
-                            analysis_max_prompt_tokens=1024)
-  with pytest.raises(ValueError, match=r"^analysis_max_prompt_tokens=1024 "
-                     r"exceeds the largest prompt bucket that leaves room "
-                     r"for analysis_max_new_tokens=600 \(512\)$"):
-    rl_checks.check_prompt_budgets(rl, 1536)
 
 
 def test_stage1_and_rl_budgets_are_checked(policy, tmp_path):
