@@ -67,24 +67,9 @@ class Sampled(tuple):
 GenerateFn = Callable[[Sequence[str], jax.Array], list[Generation]]
 
 
-# The remedy `Policy` names; a caller whose prompts must not be cut (RL)
-# replaces it with its own.
-TRUNCATION_HINT = ("; raise the buckets or ask for left truncation "
-                   "(truncate_prompts=True)")
-
-
-class PromptTooLongError(ValueError):
-  """A prompt longer than the largest prompt bucket, with truncation off.
-
-  `index`: the prompt's position among those of the call that raised;
-  `tokens`: its length; `largest`: the largest bucket. (Defaults only so
-  that a pickled copy rebuilds from its message; pickling keeps them.)
-  """
-
-  def __init__(self, message: str, *, index: int = -1, tokens: int = 0,
-               largest: int = 0):
-    super().__init__(message)
-    self.index, self.tokens, self.largest = index, tokens, largest
+PromptTooLongError = sampler_lib.PromptTooLongError
+# What `Policy` suggests for a prompt past its buckets (truncation is its knob).
+TRUNCATE_HINT = f"{sampler_lib.TRUNCATE_HINT} (truncate_prompts=True)"
 
 
 def fitting_buckets(buckets: Sequence[int], context: int,
@@ -220,7 +205,7 @@ class Policy:
     buckets = (self.buckets if new == self.max_new_tokens
                else self.buckets_for(new))
     if not self.truncate_prompts:  # before any slice is sampled
-      self._check_fits(prompt_ids, max(buckets), new)
+      self._check_fits(prompt_ids, buckets, new)
     per_call = self.rows_per_call()
     if per_call is None or n <= per_call:
       return self._sample(params, prompt_ids, rng, sampling, new, buckets)
@@ -232,21 +217,20 @@ class Policy:
                           jax.random.fold_in(rng, j), sampling, new, buckets)
     return out
 
-  def _check_fits(self, prompt_ids: Sequence[Sequence[int]], largest: int,
-                  new: int) -> None:
-    """Raises PromptTooLongError for the first prompt past `largest`."""
-    for i, ids in enumerate(prompt_ids):
-      if len(ids) <= largest:
-        continue
+  def _check_fits(self, prompt_ids: Sequence[Sequence[int]],
+                  buckets: tuple[int, ...], new: int) -> None:
+    """`sampler.check_fits`, saying why larger buckets are left out."""
+    try:
+      sampler_lib.check_fits(prompt_ids, buckets)
+    except PromptTooLongError as e:
       room = ""
-      if max(self._all_buckets) > largest:
+      if max(self._all_buckets) > e.largest:
         room = (f"; the larger buckets of {self._all_buckets} leave no room "
                 f"for max_new_tokens={new} in the model's context of "
                 f"{self.config.max_position_embeddings} positions")
-      raise PromptTooLongError(
-          f"prompt of {len(ids)} tokens exceeds the largest bucket "
-          f"({largest}){TRUNCATION_HINT}{room}", index=i, tokens=len(ids),
-          largest=largest)
+      raise PromptTooLongError(e.detail + room, TRUNCATE_HINT,
+                               index=e.index, tokens=e.tokens,
+                               largest=e.largest) from None
 
   def _sample(self, params, prompt_ids: Sequence[Sequence[int]],
               rng: jax.Array, sampling: sampler_lib.Sampling, new: int,
@@ -398,8 +382,9 @@ def rollout(generate: GenerateFn, pool: envs_base.EnvPool, rng: jax.Array, *,
       ep = eps[active[e.index]]
       raise PromptTooLongError(
           f"rollout step {t + 1}/{max_steps}, episode {ep.traj_uid} (group "
-          f"{ep.uid}, seed {ep.seed}, task {ep.task!r}): {e}",
-          index=active[e.index], tokens=e.tokens, largest=e.largest) from None
+          f"{ep.uid}, seed {ep.seed}, task {ep.task!r}): {e.detail}",
+          e.remedy, index=active[e.index], tokens=e.tokens,
+          largest=e.largest) from None
     if len(gens) != len(prompts):  # zip would drop the unanswered steps
       raise ValueError(f"generate returned {len(gens)} responses for "
                        f"{len(prompts)} prompts")

@@ -330,6 +330,38 @@ class Padded:
   truncated: int  # rows cut on the left to fit
 
 
+TRUNCATE_HINT = "raise the buckets or ask for left truncation"
+
+
+class PromptTooLongError(ValueError):
+  """A prompt longer than the largest prompt bucket, with truncation off.
+
+  Its message is "`detail`; `remedy`". A caller that knows more (the
+  episode, its own knobs) raises another with a longer `detail` or its own
+  `remedy`. `index`: the prompt's position among those of the call that
+  raised; `tokens`: its length; `largest`: the largest bucket.
+  """
+
+  def __init__(self, detail: str, remedy: str = TRUNCATE_HINT, *,
+               index: int = -1, tokens: int = 0, largest: int = 0):
+    super().__init__(f"{detail}; {remedy}")
+    self.detail, self.remedy = detail, remedy
+    self.index, self.tokens, self.largest = index, tokens, largest
+
+  def __reduce__(self):  # pickling keeps every field
+    return type(self), (self.detail, self.remedy), self.__dict__
+
+
+def check_fits(seqs: Sequence[Sequence[int]], buckets) -> None:
+  """Raises PromptTooLongError for the first of `seqs` past every bucket."""
+  largest = max(buckets)
+  for i, s in enumerate(seqs):
+    if len(s) > largest:
+      raise PromptTooLongError(
+          f"prompt of {len(s)} tokens exceeds the largest bucket ({largest})",
+          index=i, tokens=len(s), largest=largest)
+
+
 def pad_left(seqs: Sequence[Sequence[int]], *, buckets=DEFAULT_BUCKETS,
              pad_id: int = 0, truncate: bool = False) -> Padded:
   """Left-pads token lists to the smallest bucket that holds the longest.
@@ -338,24 +370,19 @@ def pad_left(seqs: Sequence[Sequence[int]], *, buckets=DEFAULT_BUCKETS,
     tokens [[0, 0, 5, 6], [0, 0, 0, 7]], mask [[0, 0, 1, 1], [0, 0, 0, 1]].
 
   Raises:
-    ValueError: on an empty batch, an empty prompt, or a prompt longer than
-      the largest bucket unless `truncate` (then its oldest tokens are cut
-      and counted in `truncated`).
+    ValueError: on an empty batch or an empty prompt.
+    PromptTooLongError: a prompt longer than the largest bucket, unless
+      `truncate` (then its oldest tokens are cut and counted in
+      `truncated`).
   """
   if not len(seqs):
     raise ValueError("empty batch: no prompts to pad")
   longest = max(len(s) for s in seqs)
   if min(len(s) for s in seqs) == 0:
     raise ValueError("a prompt has no tokens")
-  fits = [b for b in sorted(buckets) if b >= longest]
-  if fits:
-    length = fits[0]
-  elif truncate:
-    length = max(buckets)
-  else:
-    raise ValueError(
-        f"prompt of {longest} tokens exceeds the largest bucket "
-        f"({max(buckets)}); raise the buckets or ask for left truncation")
+  if not truncate:
+    check_fits(seqs, buckets)
+  length = min((b for b in buckets if b >= longest), default=max(buckets))
   toks = np.full((len(seqs), length), pad_id, np.int32)
   mask = np.zeros((len(seqs), length), np.int32)
   cut = 0

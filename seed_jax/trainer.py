@@ -515,8 +515,7 @@ class RLTrainer:
       # RL's policy never cuts a prompt (it would train on another
       # context): the remedies are RL's own knobs.
       raise rollout_lib.PromptTooLongError(
-          f"{where}: {str(e).replace(rollout_lib.TRUNCATION_HINT, '')}; "
-          "RL never cuts prompts: raise "
+          f"{where}: {e.detail}", "RL never cuts prompts: raise "
           f"RLConfig.prompt_buckets (now {tuple(rl.prompt_buckets)}) or "
           f"shorten the prompts with RLConfig.history_length (now "
           f"{rl.history_length})",

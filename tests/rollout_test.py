@@ -217,15 +217,16 @@ def test_a_prompt_past_the_largest_bucket_names_its_size_and_the_knobs(
   with pytest.raises(rollout.PromptTooLongError) as info:
     policy.generate_ids(params, prompts, jax.random.key(1), sampler.Greedy())
   assert str(info.value) == (
-      "prompt of 30 tokens exceeds the largest bucket (16); raise the buckets "
-      "or ask for left truncation (truncate_prompts=True); the larger buckets "
-      "of (16, 48) leave no room for max_new_tokens=40 in the model's context "
-      "of 64 positions")
+      "prompt of 30 tokens exceeds the largest bucket (16); the larger "
+      "buckets of (16, 48) leave no room for max_new_tokens=40 in the model's "
+      "context of 64 positions; raise the buckets or ask for left truncation "
+      "(truncate_prompts=True)")
   e = info.value
   assert isinstance(e, ValueError) and (e.index, e.tokens, e.largest) == (
       1, 30, 16)
   again = pickle.loads(pickle.dumps(e))
-  assert (str(again), again.index, again.tokens) == (str(e), 1, 30)
+  assert (str(again), again.detail, again.index, again.tokens) == (
+      str(e), e.detail, 1, 30)
   assert not sampled and policy.prompts_truncated == 0  # refused up front
 
 
