@@ -692,15 +692,10 @@ class Checkpointer:
     several = len(outcomes) > 1
 
     def named(kinds):  # "process 1: why", processes alike grouped
-      who = {}
-      for i, (k, m) in enumerate(outcomes):
-        if k in kinds:
-          who.setdefault(m, []).append(str(i))
+      messages = [m if k in kinds else None for k, m in outcomes]
       if not several:
-        return "; ".join(who)
-      return "; ".join(
-          f"process{'es' if len(ids) > 1 else ''} {', '.join(ids)}: {m}"
-          for m, ids in who.items())
+        return "; ".join(m for m in messages if m is not None)
+      return distributed.by_process(messages)
 
     kinds = {k for k, _ in outcomes}
     if kinds == {"ok"}:

@@ -174,6 +174,22 @@ def allgather_objects(obj: Any) -> list[Any]:
   return [pickle.loads(rows[i, :n].tobytes()) for i, n in enumerate(sizes)]
 
 
+def by_process(messages: Sequence[str | None]) -> str:
+  """Process i's message (`messages[i]`, None: nothing to say) named by
+  process, processes with one message grouped, in order of first process.
+
+  Example: [None, "full", "full", "read-only"] ->
+    "processes 1, 2: full; process 3: read-only".
+  """
+  who: dict[str, list[str]] = {}
+  for i, message in enumerate(messages):
+    if message is not None:
+      who.setdefault(message, []).append(str(i))
+  return "; ".join(f"process{'es' if len(ids) > 1 else ''} "
+                   f"{', '.join(ids)}: {message}"
+                   for message, ids in who.items())
+
+
 def broadcast_object(obj: Any) -> Any:
   """Process 0's `obj` (picklable), on every process; the others pass
   anything (None).

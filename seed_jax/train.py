@@ -412,16 +412,11 @@ def check_on_every_process(check: Callable[[], Any]) -> None:
     return
   verdicts = distributed.allgather_objects(
       None if mine is None else (mine.errno, mine.strerror or str(mine)))
-  refused = {}
-  for index, verdict in enumerate(verdicts):
-    if verdict is not None:
-      refused.setdefault(verdict[1], []).append(str(index))
+  refused = [v for v in verdicts if v is not None]
   if not refused:
     return
-  text = "; ".join(
-      f"process{'es' if len(ids) > 1 else ''} {', '.join(ids)}: {why}"
-      for why, ids in refused.items())
-  code = next(v[0] for v in verdicts if v is not None)
+  text = distributed.by_process([v and v[1] for v in verdicts])
+  code = refused[0][0]
   raise (OSError(code, text) if code is not None else OSError(text)) from mine
 
 

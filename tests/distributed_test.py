@@ -92,3 +92,9 @@ def test_a_bad_process_id_is_named(monkeypatch):
                      r"not in \[0, 2\) for 2 processes \(SEED_NUM_PROCESSES\)"):
     distributed.initialize(env=dict(env, SEED_PROCESS_ID="2"))
   assert not started
+
+
+def test_by_process_names_processes_grouped_by_message():
+  assert distributed.by_process([None, "full", "full", "read-only"]) == (
+      "processes 1, 2: full; process 3: read-only")
+  assert distributed.by_process([None, None]) == ""
