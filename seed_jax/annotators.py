@@ -254,14 +254,23 @@ def _processing_failure(gt: dict[str, Any],
   return None
 
 
+def _final_places(gt: dict[str, Any]) -> dict[str, str | None]:
+  """{goal object: the receptacle it ends in, None while held}: where it
+  started, then the agent's moves."""
+  where = dict(gt["start_locations"])
+  where.update((o, r) for o, r in gt["moved"] if o in where)
+  if gt.get("holding") in where:
+    where[gt["holding"]] = None
+  return where
+
+
 def _left_in_targets(gt: dict[str, Any]) -> list[tuple[str, str]]:
   """Goal objects the agent moved to a target receptacle and left there
-  (object, receptacle): its last move, unless it was taken out again."""
-  t, target = gt["object_type"], gt["target_type"]
-  last = {o: r for o, r in gt["moved"]}  # an object's last move
-  last.pop(gt.get("holding"), None)  # taken out, still held
-  return [(o, r) for o, r in last.items()
-          if _kind(o) == t and _kind(r) == target]
+  (object, receptacle), in the order first moved."""
+  where = _final_places(gt)
+  moved = dict.fromkeys(o for o, _ in gt["moved"] if o in where)
+  return [(o, where[o]) for o in moved
+          if where[o] is not None and _kind(where[o]) == gt["target_type"]]
 
 
 def _goal_met_by(gt: dict[str, Any]) -> list[str]:
@@ -270,10 +279,7 @@ def _goal_met_by(gt: dict[str, Any]) -> list[str]:
   else one in a target (for clean/heat/cool, processed as asked); [] when
   the goal is not met."""
   fam, taken = gt["family"], gt["taken"]
-  where = dict(gt["start_locations"])
-  where.update((o, r) for o, r in gt["moved"] if o in where)
-  if gt.get("holding") in where:
-    where[gt["holding"]] = None
+  where = _final_places(gt)
   order = sorted(where, key=lambda o: (o not in taken,
                                        taken.index(o) if o in taken else 0, o))
   if fam == "look_at_in_light":
