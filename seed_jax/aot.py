@@ -27,7 +27,12 @@ its gin files (`--gin_file`, default the model's experiment in `EXPERIMENTS`,
 and `--gin.NAME=VALUE` bindings, as `seed_jax.train` takes them): the
 mini-batch, micro-batches, response budget, remat and the analyses' budget;
 `--batch`, `--micro_batches`, `--response_len`, `--max_new_tokens` and
-`--no_remat` override them.
+`--no_remat` override them. So do the prompt length (the largest prompt
+bucket that leaves room for the responses) and the rows of one host's
+sampler call (a rollout chunk's episodes, `train.train.rollout_chunks`
+chunks, default one per host of the topology; `sampler_sizes`), which
+`--prompt_len` and `--sample_batch` override; the CLI prints where they
+come from.
 
 The CLI creates the fake devices itself (`jax_num_cpu_devices`, before JAX
 starts). It exits 0 when the peak fits, 1 when it does not, and 2 on bad
@@ -42,6 +47,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import inspect
 import math
 import sys
 from typing import Any, Sequence
@@ -92,14 +98,21 @@ SHAPES: dict[str, dict[str, Any]] = {
 class Topology:
   chips: int  # devices JAX sees (one per chip; v4/v5p TensorCores merge)
   hbm_gib: float  # per chip
+  hosts: int  # VMs of 4 chips, one process each: the default rollout chunks
 
 
 TOPOLOGIES = {
-    "v4-8": Topology(4, 32), "v4-16": Topology(8, 32),
-    "v4-32": Topology(16, 32),
-    "v5p-8": Topology(4, 95), "v5p-16": Topology(8, 95),
-    "v5p-32": Topology(16, 95), "v5p-64": Topology(32, 95),
+    "v4-8": Topology(4, 32, 1), "v4-16": Topology(8, 32, 2),
+    "v4-32": Topology(16, 32, 4),
+    "v5p-8": Topology(4, 95, 1), "v5p-16": Topology(8, 95, 2),
+    "v5p-32": Topology(16, 95, 4), "v5p-64": Topology(32, 95, 8),
 }
+
+# How the run's sampler calls take their rows: `trainer.RLTrainer` builds
+# its `rollout.Policy`s with min_rows=8 and the default max_rows (256), and
+# `evaluate.evaluate_split` plays an evaluation's tasks 16 at a time
+# (batch_groups), one episode each.
+POLICY_MIN_ROWS, POLICY_MAX_ROWS, EVAL_BATCH_GROUPS = 8, 256, 16
 
 
 # The experiment whose RL settings size each model's check by default.
@@ -121,10 +134,11 @@ def model_config(name: str, **overrides) -> model_lib.ModelConfig:
   return model_lib.ModelConfig(**{**SHAPES[name], **overrides})
 
 
-def run_config(gin_files: Sequence[str], bindings: Sequence[str] = ()
-               ) -> trainer_lib.RLConfig:
-  """The `train.train.rl` that `seed_jax.train` with these gin files and
-  bindings trains with; gin is cleared after.
+def run_bindings(gin_files: Sequence[str], bindings: Sequence[str] = ()
+                 ) -> dict[str, Any]:
+  """The arguments `seed_jax.train` with these gin files and bindings calls
+  `train.train` with (its defaults where they bind none); gin is cleared
+  after.
 
   Raises:
     FileNotFoundError: a gin file that does not exist.
@@ -137,13 +151,23 @@ def run_config(gin_files: Sequence[str], bindings: Sequence[str] = ()
   gin.clear_config()
   try:
     train.parse_gin(gin_files, bindings)
-    rl = gin.get_bindings(train.train).get("rl")
+    bound = gin.get_bindings(train.train)
   finally:
     gin.clear_config()
-  if not isinstance(rl, trainer_lib.RLConfig):
+  if not isinstance(bound.get("rl"), trainer_lib.RLConfig):
     raise ValueError(f"{', '.join(gin_files)} bind no train.train.rl "
                      "(a trainer.RLConfig): not a training run's gin files")
-  return rl
+  defaults = {name: p.default for name, p in
+              inspect.signature(train.train).parameters.items()
+              if p.default is not inspect.Parameter.empty}
+  return {**defaults, **bound}
+
+
+def run_config(gin_files: Sequence[str], bindings: Sequence[str] = ()
+               ) -> trainer_lib.RLConfig:
+  """The `train.train.rl` that `seed_jax.train` with these gin files and
+  bindings trains with (see `run_bindings`)."""
+  return run_bindings(gin_files, bindings)["rl"]
 
 
 def run_shapes(rl: trainer_lib.RLConfig, context: int) -> dict[str, Any]:
@@ -172,6 +196,81 @@ def run_shapes(rl: trainer_lib.RLConfig, context: int) -> dict[str, Any]:
           "response_len": rl.max_new_tokens,
           "max_new_tokens": rl.max_new_tokens, "remat": rl.remat,
           "analysis": analysis}
+
+
+def _call_rows(prompts: int) -> int:
+  """Rows of the largest sampler call `rollout.Policy` makes for `prompts`
+  prompts: POLICY_MIN_ROWS times a power of two, at most POLICY_MAX_ROWS
+  per call (more prompts go in several calls)."""
+  per_call = POLICY_MIN_ROWS
+  while per_call * 2 <= POLICY_MAX_ROWS:
+    per_call *= 2
+  rows = POLICY_MIN_ROWS
+  while rows < min(prompts, per_call):
+    rows *= 2
+  return rows
+
+
+def sampler_sizes(rl: trainer_lib.RLConfig, context: int, *, hosts: int = 1,
+                  rollout_chunks: int | None = None, eval_tasks: int = 0
+                  ) -> dict[str, Any]:
+  """`fit_report`'s prompt_len and sample_batch as the run takes them.
+
+  prompt_len: the largest of `rl.prompt_buckets` that leaves room for
+  `rl.max_new_tokens` in `context` positions, which the trainer pads the
+  rollouts' prompts, the train batch and the scored contexts to (the
+  longest prompt picks the bucket).
+
+  sample_batch: the rows of the largest sampler call one host makes. Each
+  host plays its rollout chunks one after another (`RLTrainer.collect`): a
+  chunk's first step samples all of its rl.num_groups / chunks groups x
+  rl.group_size episodes (chunks: `rollout_chunks`, default one per host),
+  and its analyses as many or fewer; an evaluation, min(16, eval_tasks)
+  tasks at once. The rows are padded as `rollout.Policy` pads them
+  (`_call_rows`).
+
+  Example: rl.gin's 16 groups x 8 on v5p-32 (4 hosts): 4 chunks of 32
+  episodes, sample_batch 32.
+
+  Args:
+    rl: the run's config; context: the model's positions.
+    hosts: the topology's processes.
+    rollout_chunks: `train.train`'s (None: one chunk per host).
+    eval_tasks: tasks per evaluation split, 0 when the run does not
+      evaluate.
+
+  Returns:
+    {"prompt_len", "sample_batch", "sources": {"prompt_len": ...,
+     "sample_batch": ...}, each saying where the number comes from}.
+
+  Raises:
+    ValueError: chunks that do not split the groups over the hosts (as the
+      trainer refuses them), or no bucket that leaves room for
+      `rl.max_new_tokens`.
+  """
+  buckets = rollout_lib.fitting_buckets(rl.prompt_buckets, context,
+                                        rl.max_new_tokens)
+  chunks = rollout_chunks or hosts
+  if rl.num_groups % chunks or chunks % hosts:
+    raise ValueError(
+        f"rollout_chunks={chunks} must divide num_groups={rl.num_groups} "
+        f"and be a multiple of the {hosts} hosts (processes), as the "
+        "trainer requires (train.train.rollout_chunks, "
+        "trainer.RLConfig.num_groups)")
+  episodes = rl.num_groups // chunks * rl.group_size
+  evals = min(EVAL_BATCH_GROUPS, eval_tasks)
+  rows = _call_rows(max(episodes, evals))
+  why = (f"a rollout chunk's {episodes} episodes ({rl.num_groups} groups x "
+         f"{rl.group_size} in {chunks} chunk(s) over {hosts} host(s))")
+  if evals > episodes:
+    why = f"an evaluation's {evals} tasks (more than {why})"
+  return {"prompt_len": max(buckets), "sample_batch": rows, "sources": {
+      "prompt_len": (f"the largest of RLConfig.prompt_buckets="
+                     f"{tuple(rl.prompt_buckets)} that leaves room for "
+                     f"max_new_tokens={rl.max_new_tokens} in {context} "
+                     "positions"),
+      "sample_batch": (f"{why}, in calls of {POLICY_MIN_ROWS} x a power of "
+                       f"two rows, at most {POLICY_MAX_ROWS}")}}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -431,10 +530,15 @@ def parse_flags(argv):
                  help="rows per optimizer step" + run)
   p.add_argument("--micro_batches", type=count, default=None,
                  help="micro-batches per optimizer step" + run)
-  p.add_argument("--prompt_len", type=count, default=1024)
+  p.add_argument("--prompt_len", type=count, default=None,
+                 help="the padded prompt length (default the run's largest "
+                 "prompt bucket that leaves room for its responses)")
   p.add_argument("--response_len", type=count, default=None,
                  help="the train batch's response length" + run)
-  p.add_argument("--sample_batch", type=count, default=128)
+  p.add_argument("--sample_batch", type=count, default=None,
+                 help="rows of one host's sampler call (default the run's: "
+                 "a rollout chunk's episodes, padded as the sampler pads "
+                 "them)")
   p.add_argument("--max_new_tokens", type=count, default=None,
                  help="the rollouts' decode budget" + run)
   p.add_argument("--param_dtype", default="float32", choices=DTYPES)
@@ -452,6 +556,49 @@ def parse_flags(argv):
   return args
 
 
+def cli_shapes(args: argparse.Namespace, context: int
+               ) -> tuple[dict[str, Any], dict[str, str]]:
+  """`fit_report`'s sizes for these flags: the run's (`run_shapes`,
+  `sampler_sizes` on the topology's hosts), less those the flags set.
+
+  Returns:
+    (sizes, {"prompt_len": where it comes from, "sample_batch": ...}).
+
+  Raises:
+    FileNotFoundError, ValueError: gin files the run could not start with
+      (`run_bindings`, `run_shapes`, `sampler_sizes`), or a prompt and
+      response longer than `context`.
+  """
+  files = args.gin_file or [EXPERIMENTS[args.model]]
+  run = run_bindings(files, args.gin)
+  rl = run["rl"]
+  shapes = run_shapes(rl, context)
+  sampled = sampler_sizes(
+      rl, context, hosts=TOPOLOGIES[args.topology].hosts,
+      rollout_chunks=run["rollout_chunks"],
+      eval_tasks=run["eval_tasks"] if run["eval_every"] else 0)
+  run_of = f" (the run of {', '.join(files)}{' and --gin' if args.gin else ''})"
+  sources = {k: sampled["sources"][k] + run_of
+             for k in ("prompt_len", "sample_batch")}
+  for flag in ("batch", "micro_batches", "response_len", "max_new_tokens",
+               "prompt_len", "sample_batch"):
+    if getattr(args, flag) is not None:
+      shapes[flag] = getattr(args, flag)
+      sources[flag] = f"--{flag}"
+    elif flag in sampled:
+      shapes[flag] = sampled[flag]
+  if args.no_remat:
+    shapes["remat"] = False
+  for budget in ("response_len", "max_new_tokens"):
+    n = shapes["prompt_len"] + shapes[budget]
+    if n > context:
+      names = " + ".join(f"--{f}" if getattr(args, f) is not None else f
+                         for f in ("prompt_len", budget))
+      raise ValueError(f"{names} = {n} exceeds {args.model}'s context of "
+                       f"{context} positions")
+  return shapes, {k: sources[k] for k in ("prompt_len", "sample_batch")}
+
+
 def main(argv=None) -> int:
   """Prints the report; 0 when it fits, 1 when not, 2 on bad input."""
   args = parse_flags(sys.argv[1:] if argv is None else argv)
@@ -465,24 +612,11 @@ def main(argv=None) -> int:
                         dtype=args.dtype)
   context = config.max_position_embeddings
   try:  # before any compilation
-    rl = run_config(args.gin_file or [EXPERIMENTS[args.model]], args.gin)
-    shapes = run_shapes(rl, context)
-    for flag in ("batch", "micro_batches", "response_len", "max_new_tokens"):
-      if getattr(args, flag) is not None:
-        shapes[flag] = getattr(args, flag)
-    if args.no_remat:
-      shapes["remat"] = False
-    for what, n in (("--prompt_len + --response_len",
-                     args.prompt_len + shapes["response_len"]),
-                    ("--prompt_len + --max_new_tokens",
-                     args.prompt_len + shapes["max_new_tokens"])):
-      if n > context:
-        raise ValueError(f"{what} = {n} exceeds {args.model}'s context of "
-                         f"{context} positions")
-    report = fit_report(
-        config, topology=args.topology, mesh_shape=args.mesh,
-        prompt_len=args.prompt_len, sample_batch=args.sample_batch,
-        hbm_gib=args.hbm_gib, **shapes)
+    shapes, sources = cli_shapes(args, context)
+    for flag, source in sources.items():
+      print(f"{flag} {shapes[flag]}: {source}", flush=True)
+    report = fit_report(config, topology=args.topology, mesh_shape=args.mesh,
+                        hbm_gib=args.hbm_gib, **shapes)
   except (FileNotFoundError, ValueError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 2

@@ -763,8 +763,9 @@ def apply(params: Params, tokens: jax.Array, mask: jax.Array, *,
 
 def _readable(x: Any) -> bool:
   """Whether this process can read x's values: not a tracer (inside a
-  caller's jit), nor an array with shards on other processes."""
-  if isinstance(x, jax.core.Tracer):
+  caller's jit), nor a `jax.ShapeDtypeStruct` (a shape, no values: jit
+  names it in its own error), nor an array with shards on other processes."""
+  if isinstance(x, (jax.core.Tracer, jax.ShapeDtypeStruct)):
     return False
   return not isinstance(x, jax.Array) or x.is_fully_addressable
 

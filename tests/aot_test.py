@@ -2,15 +2,21 @@
 chips (the 8 fake CPU devices)."""
 
 import dataclasses
+import inspect
 import math
 
 import jax
+import optax
 import pytest
 
 from seed_jax import aot
+from seed_jax import evaluate
 from seed_jax import model as model_lib
 from seed_jax import partitioning
+from seed_jax import rollout
+from seed_jax import sampler
 from seed_jax import testing
+from seed_jax import tokenizer as tokenizer_lib
 from seed_jax import trainer
 
 
@@ -152,8 +158,12 @@ def test_cli_refuses_what_cannot_compile_before_compiling(capsys, monkeypatch):
   # tiny's context is 2048, and tiny.gin's responses take 8 tokens.
   assert aot.main(["--model=tiny", "--topology=v4-16",
                    "--prompt_len=2048"]) == 2
-  assert ("error: --prompt_len + --response_len = 2056 exceeds tiny's "
+  assert ("error: --prompt_len + response_len = 2056 exceeds tiny's "
           "context of 2048 positions") in capsys.readouterr().err
+  assert aot.main(["--model=tiny", "--topology=v4-16",
+                   "--response_len=600"]) == 2
+  assert ("error: prompt_len + --response_len = 2136 exceeds"
+          in capsys.readouterr().err)
   # The analyses' budget too, from the run's config.
   assert aot.main(["--model=tiny", "--topology=v4-16",
                    "--gin.trainer.RLConfig.analysis_max_new_tokens=1000"]
@@ -241,3 +251,120 @@ def test_the_analyses_sampler_counts_in_the_rollout_peak():
   assert report["rollout_peak"] == (report["train_step"].argument
                                     + report["reference"] + analyst.peak)
   assert "\nanalyst " in aot.format_report(report)
+
+
+_BUCKETS = (128, 256, 512, 1024, 2048)
+
+
+@pytest.mark.parametrize("groups,size,hosts,chunks,eval_tasks,rows", [
+    (16, 8, 1, None, 0, 128),  # rl.gin on one host: one chunk of 128
+    (16, 8, 4, None, 0, 32),  # four hosts: a chunk of 4 groups each
+    (16, 8, 4, 8, 64, 16),  # 8 chunks: two per host, one at a time
+    (16, 3, 1, None, 0, 64),  # 48 episodes, padded to 8 x a power of two
+    (64, 8, 1, None, 0, 256),  # 512 episodes: calls of at most 256
+    (2, 2, 1, None, 0, 8),  # 4 episodes: at least 8 rows
+    (2, 2, 1, None, 12, 16),  # an evaluation's 12 tasks take more
+    (2, 2, 1, None, 100, 16),  # evaluations play 16 tasks at a time
+])
+def test_sampler_sizes_take_the_largest_bucket_and_one_host_s_call(
+    groups, size, hosts, chunks, eval_tasks, rows):
+  rl = trainer.RLConfig(num_groups=groups, group_size=size,
+                        prompt_buckets=_BUCKETS, max_new_tokens=256)
+  sizes = aot.sampler_sizes(rl, 32768, hosts=hosts, rollout_chunks=chunks,
+                            eval_tasks=eval_tasks)
+  assert (sizes["prompt_len"], sizes["sample_batch"]) == (2048, rows)
+  assert "prompt_buckets=(128, 256, 512, 1024, 2048)" in (
+      sizes["sources"]["prompt_len"])
+  said = sizes["sources"]["sample_batch"]
+  assert ("an evaluation's" in said) == (eval_tasks > groups * size), said
+
+
+def test_sampler_sizes_leave_room_for_the_responses_and_refuse_bad_chunks():
+  rl = trainer.RLConfig(num_groups=2, group_size=2, prompt_buckets=_BUCKETS,
+                        max_new_tokens=256)
+  # 2048 + 256 positions do not fit 2200: the trainer pads to 1024 at most.
+  assert aot.sampler_sizes(rl, 2200)["prompt_len"] == 1024
+  with pytest.raises(ValueError, match="no prompt bucket fits"):
+    aot.sampler_sizes(rl, 300)
+  # Two groups cannot go to four hosts, nor three chunks to two hosts.
+  with pytest.raises(ValueError, match="rollout_chunks=4 must divide "
+                     "num_groups=2 and be a multiple of the 4 hosts"):
+    aot.sampler_sizes(rl, 32768, hosts=4)
+  with pytest.raises(ValueError, match="multiple of the 2 hosts"):
+    aot.sampler_sizes(dataclasses.replace(rl, num_groups=6), 32768, hosts=2,
+                      rollout_chunks=3)
+
+
+@pytest.mark.parametrize("groups,size,chunks", [(4, 2, 2), (16, 8, 1),
+                                                (40, 8, 1)])
+def test_sampler_sizes_are_those_the_trainer_samples_with(
+    groups, size, chunks, monkeypatch):
+  """A real RLTrainer's first rollout call for one chunk's episodes, each
+  prompt as long as the largest bucket holds, reaches the sampler with
+  `sampler_sizes`'s rows and prompt length (a spy stops it there)."""
+  tok = tokenizer_lib.train_tokenizer(["a b c d e f g h"] * 5, vocab_size=300)
+  config = testing.tiny_config(vocab_size=len(tok), max_position_embeddings=600,
+                               eos_token_ids=(tok.eos_token_id,))
+  rl = trainer.RLConfig(num_groups=groups, group_size=size,
+                        prompt_buckets=(128, 256, 512, 1024),
+                        max_new_tokens=64, analysis_max_new_tokens=64)
+  rl_trainer = trainer.RLTrainer(config, tok, rl, env_name="household",
+                                 tx=optax.sgd(0.0), rollout_chunks=chunks)
+  sizes = aot.sampler_sizes(rl, 600, rollout_chunks=chunks)
+  shapes = []
+
+  class Stop(Exception):
+    pass
+
+  def spy(params, prompts, mask, rng, **kw):
+    shapes.append(prompts.shape)
+    raise Stop
+
+  monkeypatch.setattr(rollout.sampler_lib, "sample", spy)
+  longest = [5] * sizes["prompt_len"]
+  with pytest.raises(Stop):
+    rl_trainer.policy.generate_ids(None, [longest] * rl_trainer.pool.size,
+                                   jax.random.key(0), sampler.Greedy())
+  assert shapes == [(sizes["sample_batch"], sizes["prompt_len"])]
+  # One token more fits no bucket: the trainer pads to no longer prompts.
+  with pytest.raises(rollout.PromptTooLongError):
+    rl_trainer.policy.generate_ids(None, [longest + [5]], jax.random.key(0),
+                                   sampler.Greedy())
+  for policy in (rl_trainer.policy, rl_trainer.analyst):
+    assert (policy.min_rows, policy.max_rows) == (aot.POLICY_MIN_ROWS,
+                                                  aot.POLICY_MAX_ROWS)
+  assert inspect.signature(evaluate.evaluate_split).parameters[
+      "batch_groups"].default == aot.EVAL_BATCH_GROUPS
+
+
+def test_cli_sizes_prompts_and_sampler_rows_as_the_run(monkeypatch, capsys):
+  """Without --prompt_len or --sample_batch, the run's gin sizes them, on
+  the topology's hosts; the CLI says where each number comes from."""
+  kw = _sizes(monkeypatch, ["--model=qwen2_5_3b", "--topology=v5p-8"])
+  assert (kw["prompt_len"], kw["sample_batch"]) == (2048, 128)
+  out = capsys.readouterr().out
+  assert ("prompt_len 2048: the largest of RLConfig.prompt_buckets=(128, "
+          "256, 384, 512, 768, 1024, 2048) that leaves room for "
+          "max_new_tokens=256 in 32768 positions (the run of "
+          "configs/experiments/qwen2_5_3b_alfworld_style.gin)") in out
+  assert ("sample_batch 128: a rollout chunk's 128 episodes (16 groups x 8 "
+          "in 1 chunk(s) over 1 host(s))") in out
+  # Four hosts play a chunk each; a binding of the run reaches it too.
+  assert _sizes(monkeypatch, ["--model=qwen2_5_3b",
+                              "--topology=v5p-32"])["sample_batch"] == 32
+  kw = _sizes(monkeypatch, ["--model=qwen2_5_3b", "--topology=v5p-32",
+                            "--gin.train.train.rollout_chunks=8",
+                            "--gin.trainer.RLConfig.max_new_tokens=32000"])
+  assert (kw["prompt_len"], kw["sample_batch"]) == (768, 16)
+  assert "and --gin)" in capsys.readouterr().out
+  # The flags win, and say so.
+  kw = _sizes(monkeypatch, ["--model=tiny", "--topology=v4-16",
+                            "--prompt_len=100", "--sample_batch=64"])
+  assert (kw["prompt_len"], kw["sample_batch"]) == (100, 64)
+  out = capsys.readouterr().out
+  assert "prompt_len 100: --prompt_len\n" in out
+  assert "sample_batch 64: --sample_batch\n" in out
+  # A run the trainer would refuse on this topology is refused here.
+  assert aot.main(["--model=tiny", "--topology=v4-32"]) == 2
+  assert ("error: rollout_chunks=4 must divide num_groups=2 and be a "
+          "multiple of the 4 hosts") in capsys.readouterr().err

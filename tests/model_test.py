@@ -614,3 +614,22 @@ def test_a_sliding_window_no_layer_uses_matches_transformers(tmp_path, family,
   assert theirs.config.layer_types == ["full_attention"] * 2
   config, params = hf.load_pretrained(str(tmp_path))
   assert _logit_diff(theirs, config, params) <= 1e-4
+
+
+def test_a_shape_dtype_struct_reaches_jit_s_own_error_not_the_id_check():
+  """A ShapeDtypeStruct has no ids to check: the host check lets it through,
+  and the call fails with jit's error naming the argument, not a TypeError
+  from comparing the struct with 0."""
+  shape = jax.ShapeDtypeStruct((2, 3), jnp.int32)
+  assert model_lib.check_token_ids(10, {"ids": shape}, {"ids": shape}) is None
+  checked = model_lib.host_checked(
+      lambda ids: model_lib.check_token_ids(10, {"ids": ids}))(
+          jax.jit(lambda ids: ids + 1))
+  with pytest.raises(TypeError, match="Argument 'ids' of shape int32"
+                     r"\[2,3\] of type .*ShapeDtypeStruct.* is not a valid"):
+    checked(shape)
+  # Its lowering, which takes shapes, is unchecked as before.
+  assert checked.lower(shape).compile()(jnp.zeros((2, 3), jnp.int32)).sum() == 6
+  # Real ids are still checked.
+  with pytest.raises(ValueError, match=r"ids: token id\(s\) 10 outside"):
+    checked(jnp.full((2, 3), 10, jnp.int32))
