@@ -18,7 +18,9 @@ step whose process stopped before that, or whose manifest could not be
 written, which is logged, once it restores);
 `restore_latest` checks it, and a step whose files no longer match, or that
 fails to restore, is reported and skipped in favour of the step before it
-(then moved to `workdir/corrupt_checkpoints/`).
+(then moved to `workdir/corrupt_checkpoints/`). A file that cannot be read
+for the check (an I/O error other than a missing file), even when tried
+again, is raised instead: no verdict on the step, which stays in place.
 
 On several processes, each reads its own shards without orbax's barriers and
 the processes then compare outcomes: a step that fails on any process is
@@ -34,7 +36,7 @@ import logging
 import os
 import shutil
 import time
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, TypeVar
 import uuid
 import warnings
 import zlib
@@ -52,6 +54,7 @@ from seed_jax import model as model_lib
 ITEMS = ("state", "reference", "rng", "host")
 MANIFEST = "seed_manifest.json"
 _CHUNK = 8 << 20
+T = TypeVar("T")
 
 
 class CorruptCheckpointError(RuntimeError):
@@ -64,18 +67,22 @@ class CorruptCheckpointWarning(UserWarning):
 
 
 class RestoreError(RuntimeError):
-  """Another process failed to restore a step in a way that is not
-  corruption (raised on the processes that restored it themselves)."""
+  """A step failed to restore in a way that is not corruption: a file that
+  could not be read twice (an I/O error, on any process: the step is left in
+  place), or another process's restore error (raised on the processes that
+  restored it themselves)."""
 
 
 @dataclasses.dataclass
 class _Attempt:
   """One process's try at restoring one step.
 
-  kind: "ok"; "corrupt" (its files do not match the manifest); "mismatch"
-  (another model's checkpoint); "failed" (the restore raised; the step has
-  no checksums, so it may be damaged); "failed_verified" (the restore raised
-  although the files match their checksums: the caller's target is wrong).
+  kind: "ok"; "corrupt" (its files do not match the manifest); "unreadable"
+  (a file could not be read for the check, twice: an I/O error, no verdict
+  on the files); "mismatch" (another model's checkpoint); "failed" (the
+  restore raised; the step has no checksums, so it may be damaged);
+  "failed_verified" (the restore raised although the files match their
+  checksums: the caller's target is wrong).
   vanished: the step failed (check or restore) and an item that was there
   when the attempt started is gone (a run still training deleted the step:
   its max_to_keep).
@@ -203,6 +210,31 @@ def _crc32(path: epath.Path) -> int:
   return crc
 
 
+def _read_twice(read: Callable[[epath.Path], T], path: epath.Path,
+                name: str) -> T:
+  """`read(path)`, tried once more after an I/O error other than a missing
+  file (a flaky disk or network mount is no evidence of corruption).
+
+  Raises:
+    FileNotFoundError: the file is gone.
+    OSError: the second try failed too; the message names `name`.
+  """
+  try:
+    return read(path)
+  except FileNotFoundError:
+    raise
+  except OSError as e:
+    logging.warning("reading %s failed (%s: %s); trying again", path,
+                    type(e).__name__, e)
+  try:
+    return read(path)
+  except FileNotFoundError:
+    raise
+  except OSError as e:
+    raise OSError(f"{name} could not be read, twice ({type(e).__name__}: "
+                  f"{e})") from e
+
+
 def write_manifest(step_dir: epath.PathLike, *, checksums: bool = True
                    ) -> None:
   """Records the size and CRC-32 (None when not `checksums`) of every file of
@@ -248,22 +280,28 @@ def check_manifest(step_dir: epath.PathLike) -> str | None:
 
   A step without a manifest (the process stopped between the save and the
   manifest) passes; its restore is the check.
+
+  Raises:
+    OSError: a file (or the manifest) that is there could not be read, twice
+      (an I/O error, not a verdict on the step), naming it;
+      FileNotFoundError when one went while it was checked.
   """
   step_dir = epath.Path(step_dir)
   path = step_dir / MANIFEST
   if not path.exists():
     return None
   try:
-    files = _read_manifest(path)
+    files = _read_twice(_read_manifest, path, MANIFEST)
   except ValueError as e:
     return f"unreadable manifest: {e}"
   for name, (size, crc) in files.items():
     p = step_dir / name
     if not p.exists():
       return f"{name} is missing"
-    if p.stat().length != size:
-      return f"{name} has {p.stat().length} bytes, {size} were written"
-    if crc is not None and _crc32(p) != crc:
+    length = _read_twice(lambda f: f.stat().length, p, name)
+    if length != size:
+      return f"{name} has {length} bytes, {size} were written"
+    if crc is not None and _read_twice(_crc32, p, name) != crc:
       return f"{name} does not match its checksum"
   return None
 
@@ -523,7 +561,9 @@ class Checkpointer:
         config than this Checkpointer's; orbax's errors when an intact step
         does not fit `abstract_state`.
       RestoreError: on the other processes, when one process raised such an
-        error (that process raises its own).
+        error (that process raises its own); on every process, when a file
+        of a step could not be read for its check, twice (an I/O error is
+        no sign of corruption: the step is left in place).
       CorruptCheckpointError: when checkpoints exist but none restores, or
         a skipped step cannot be moved aside (on every process).
     """
@@ -574,7 +614,8 @@ class Checkpointer:
         says whether the step was deleted meanwhile (a run still training
         drops steps past its max_to_keep) and else names orbax's error (an
         intact step that does not fit `abstract_state`, say).
-      RestoreError: on the other processes, when the restore raised on one.
+      RestoreError: on the other processes, when the restore raised on one;
+        on every process, when a file could not be read, twice.
     """
     self.wait()
     self._manager.reload()
@@ -650,8 +691,10 @@ class Checkpointer:
     vanished = lambda: not all(p.exists() for p in present)
     try:
       problem = check_manifest(step_dir)
-    except OSError as e:
+    except FileNotFoundError as e:  # deleted meanwhile
       problem = f"{type(e).__name__}: {e}"
+    except OSError as e:
+      return _Attempt("unreadable", str(e), error=e)
     if problem is not None:
       return _Attempt("corrupt", problem, vanished=vanished())
     try:
@@ -683,6 +726,7 @@ class Checkpointer:
       a step to skip (`fall_back`) or report.
 
     Raises:
+      RestoreError: a file that could not be read twice, on any process.
       ModelMismatchError: another model's checkpoint, on any process.
       Exception: a step that fails to restore although its files match
         their checksums (or any failure, unless `fall_back`): the restore's
@@ -700,6 +744,13 @@ class Checkpointer:
     kinds = {k for k, _ in outcomes}
     if kinds == {"ok"}:
       return None
+    if "unreadable" in kinds:  # raised: skipping would lose an intact step
+      where = f"checkpoint step {step} in {self.directory}"
+      raise RestoreError(
+          f"{where} could not be checked: {named({'unreadable'})}; it was "
+          "left in place: fix the storage (or the files' permissions) and "
+          "start again") from (mine.error if mine.kind == "unreadable"
+                               else None)
     if "corrupt" in kinds:
       return named({"corrupt"})
     if "mismatch" in kinds:

@@ -228,7 +228,8 @@ def train(workdir: str, *,
       fit the model's context, where that is known before the model is
       built (`known_context`), before any work.
     ValueError, OSError, checkpoints.CorruptCheckpointError: a refused start
-      (see START_ERRORS; a checkpoint past `num_updates` too), before
+      (see START_ERRORS; a checkpoint past `num_updates`, or written with
+      another `seed`, too), before
       config.gin is written, so that a resume refused leaves the run's
       settings as they were.
     NonFiniteError: `max_consecutive_nonfinite` skipped updates in a row.
@@ -298,6 +299,7 @@ def train(workdir: str, *,
             f"workdir {workdir} holds a checkpoint of update {start}, past "
             f"train.num_updates={num_updates}; ask for at least {start} "
             "updates, or start in another workdir")
+      _check_seed(restored.rng, base_rng, start, seed, workdir)
       logging.info("resumed from update %d in %s", start, workdir)
       print(f"resumed from update {start}", flush=True)
     # Its params are now copied into the state and the reference, or not
@@ -418,6 +420,30 @@ def check_on_every_process(check: Callable[[], Any]) -> None:
   text = distributed.by_process([v and v[1] for v in verdicts])
   code = refused[0][0]
   raise (OSError(code, text) if code is not None else OSError(text)) from mine
+
+
+def _check_seed(saved_rng: jax.Array | None, base_rng: jax.Array, step: int,
+                seed: int, workdir: epath.Path) -> None:
+  """Checks that the checkpoint of update `step` was written with this
+  run's `seed`: its rng is `fold_in(key(seed), step - 1)`, the last update's.
+  A checkpoint without an rng (an older one) passes.
+
+  Each process reads the same checkpoint and seed, so all refuse together.
+
+  Raises:
+    ValueError: the rng differs, naming the workdir and the update.
+  """
+  if saved_rng is None:
+    return
+  want = jax.random.key_data(jax.random.fold_in(base_rng, step - 1))
+  got = (jax.random.key_data(saved_rng)
+         if jax.dtypes.issubdtype(saved_rng.dtype, jax.dtypes.prng_key)
+         else saved_rng)
+  if not bool(jax.numpy.array_equal(got, want)):
+    raise ValueError(
+        f"workdir {workdir} holds a checkpoint of update {step} written with "
+        f"another train.train.seed than this run's {seed}; resume with the "
+        "run's seed (see its config.gin), or start in another workdir")
 
 
 def _restart_jsonl(path: epath.Path, history: metrics_lib.MetricHistory, *,

@@ -545,3 +545,77 @@ def test_a_manifest_that_cannot_be_written_is_logged_not_raised(
     assert ckpt.restore(1, abstract_state).step == 1
   assert all(m.exists() for m in manifests)
   assert checkpoints.check_manifest(manifests[0].parent) is None
+
+
+@pytest.mark.parametrize("read", ["crc", "manifest"])
+def test_a_read_error_once_is_retried_not_taken_for_corruption(
+    saved, tmp_path, monkeypatch, read):
+  # An EIO from a flaky disk or mount says nothing about the files: read
+  # again, the intact newest step restores and nothing is moved aside.
+  workdir = _copy(saved, tmp_path)
+  failed = []
+  name = "_crc32" if read == "crc" else "_read_manifest"
+  real = getattr(checkpoints, name)
+
+  def flaky(path):
+    if not failed and "checkpoints/3/" in str(path):
+      failed.append(path)
+      raise OSError(errno.EIO, "Input/output error (injected)")
+    return real(path)
+
+  monkeypatch.setattr(checkpoints, name, flaky)
+  with checkpoints.Checkpointer(workdir, model_config=CONFIG) as ckpt:
+    out = ckpt.restore_latest(*_abstract(_mesh()))
+    assert out.step == 3 and failed
+    assert ckpt.all_steps() == [2, 3]
+  assert not (workdir / "corrupt_checkpoints").exists()
+
+
+@pytest.mark.parametrize("error", [OSError(errno.EIO, "Input/output error"),
+                                   PermissionError(errno.EACCES,
+                                                   "Permission denied")])
+def test_a_read_error_that_persists_is_raised_and_the_step_kept(
+    saved, tmp_path, monkeypatch, error):
+  workdir = _copy(saved, tmp_path)
+  step_dir = workdir / "checkpoints" / "3"
+  victim = os.path.relpath(_largest_file(step_dir), step_dir)
+  real = checkpoints._crc32  # pylint: disable=protected-access
+  tries = []
+
+  def failing(path):
+    if str(path).endswith(victim):
+      tries.append(path)
+      raise error
+    return real(path)
+
+  monkeypatch.setattr(checkpoints, "_crc32", failing)
+  with checkpoints.Checkpointer(workdir, model_config=CONFIG) as ckpt:
+    with pytest.raises(checkpoints.RestoreError,
+                       match=rf"step 3 in {workdir / 'checkpoints'} could not "
+                       rf"be checked: {victim} could not be read, twice "
+                       rf"\({type(error).__name__}: .*{error.strerror}\); "
+                       "it was left in place") as e:
+      ckpt.restore_latest(_abstract(_mesh())[0])
+    assert e.value.__cause__ is not None
+    assert len(tries) == 2  # tried once more, then raised
+    assert ckpt.all_steps() == [2, 3]
+    # A given step too.
+    with pytest.raises(checkpoints.RestoreError, match=rf"step 3 .*{victim}"):
+      ckpt.restore(3, _abstract(_mesh())[0])
+  assert not (workdir / "corrupt_checkpoints").exists()
+
+
+def test_a_read_error_on_another_process_is_raised_on_every_one(
+    tmp_path, monkeypatch):
+  # Process 1 could not read a file of the step; process 0 restored it: both
+  # raise (neither skips the step, nor waits for the other).
+  from seed_jax import distributed  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(distributed, "allgather_objects", lambda mine: [
+      mine, ("unreadable", "state/d/x could not be read, twice (OSError: EIO)"),
+      ("corrupt", "state/d/y is missing")])
+  mine = checkpoints._Attempt("ok")  # pylint: disable=protected-access
+  with checkpoints.Checkpointer(tmp_path, model_config=CONFIG) as ckpt:
+    with pytest.raises(checkpoints.RestoreError,
+                       match=r"step 3 .* could not be checked: process 1: "
+                       r"state/d/x could not be read, twice"):
+      ckpt._agree(3, mine, fall_back=True)  # pylint: disable=protected-access

@@ -451,6 +451,34 @@ def test_a_checkpoint_past_num_updates_is_refused(tmp_path):
   assert _updates(workdir) == [1, 2]
 
 
+def test_a_resume_with_another_seed_is_refused(tmp_path):
+  # The checkpoint's rng is fold_in(key(seed), update - 1): a resume with
+  # another seed would go on with another random stream, silently.
+  workdir = tmp_path / "run"
+  args = ("--gin.VARIANT='grpo'", "--gin.train.train.eval_every=0",
+          "--gin.NUM_UPDATES=2")
+  _run(str(workdir), *args[:2], "--gin.NUM_UPDATES=1")
+  before = (workdir / "config.gin").read_bytes()
+  message = _refused(workdir, *args, "--gin.SEED=7")
+  assert message == (f"error: workdir {workdir} holds a checkpoint of update "
+                     "1 written with another train.train.seed than this "
+                     "run's 7; resume with the run's seed (see its "
+                     "config.gin), or start in another workdir")
+  assert (workdir / "config.gin").read_bytes() == before
+  assert _updates(workdir) == [1]
+
+
+def test_check_seed_accepts_the_runs_rng_and_none():
+  import jax  # pylint: disable=g-import-not-at-top
+  base = jax.random.key(3)
+  saved = jax.random.fold_in(base, 4)  # what update 5 saved
+  for rng in (saved, jax.random.key_data(saved), None):  # None: older ones
+    train._check_seed(rng, base, 5, 3, "w")  # pylint: disable=protected-access
+  with pytest.raises(ValueError, match="update 6 written with another "
+                     r"train\.train\.seed than this run's 3"):
+    train._check_seed(saved, base, 6, 3, "w")  # pylint: disable=protected-access
+
+
 @pytest.mark.parametrize("binding,message", [
     ("--gin.train.train.mesh_shape=(3, 1, 1)", r"error: mesh .*3 devices"),
     ("--gin.train.train.mesh_shape=(8, 1, 1)",
