@@ -345,9 +345,13 @@ def write_report(report: dict[str, Any], *, out_json: epath.PathLike,
   complete (the experiments' rescoring reuses it instead of scoring again).
   So both files are first written whole beside their names (a failed write,
   such as a full disk, leaves the previous pair as it was); then the
-  previous JSON is removed, the CSV renamed into place, and the JSON last.
-  A crash at any point leaves the previous pair, the new one, or a CSV with
-  no JSON (an evaluation not done).
+  previous pair is set aside, the JSON first, and the new CSV renamed into
+  place, then the JSON. A rename that fails, or an interrupt, puts the
+  previous pair back (should that fail too, it stays beside its names as
+  <name>.old<pid>, with no JSON). A crash (no code runs) leaves the
+  previous pair, the new one, or a CSV with no JSON (an evaluation not
+  done): two files cannot change at once, and a JSON never stands beside
+  another report's CSV.
 
   Args:
     report: what `evaluate_run` returned.
@@ -355,24 +359,36 @@ def write_report(report: dict[str, Any], *, out_json: epath.PathLike,
       handles).
 
   Raises:
-    OSError: a write, removal or rename failed (with the outcomes above).
+    OSError: a write or rename failed (with the outcomes above).
   """
-  files = [(epath.Path(out_csv), csv_text(rows(report["metrics"]))),
-           (epath.Path(out_json), json.dumps(report, indent=1) + "\n")]
-  staged = [path.parent / f"{path.name}.new{os.getpid()}" for path, _ in files]
+  csv_path, json_path = epath.Path(out_csv), epath.Path(out_json)
+  texts = {csv_path: csv_text(rows(report["metrics"])),
+           json_path: json.dumps(report, indent=1) + "\n"}
+  staged = {p: p.parent / f"{p.name}.new{os.getpid()}" for p in texts}
+  kept = {p: p.parent / f"{p.name}.old{os.getpid()}" for p in texts}
+  aside = []  # the previous files set aside, the JSON first
   try:
-    for (_, text), tmp in zip(files, staged):
-      atomic.write_text(tmp, text)
-    json_path = files[1][0]
-    json_path.unlink(missing_ok=True)  # no JSON until the new one is whole
-    atomic.sync(json_path.parent)
-    for (path, _), tmp in zip(files, staged):  # the CSV, then the JSON
-      tmp.replace(path)
+    for path, text in texts.items():
+      atomic.write_text(staged[path], text)
+    for path in (json_path, csv_path):  # no JSON until the new pair is in
+      if path.exists():
+        path.replace(kept[path])
+        aside.append(path)
+    for path in (csv_path, json_path):
       atomic.sync(path.parent)
+      staged[path].replace(path)
   except BaseException:
-    for tmp in staged:
+    for tmp in staged.values():
       tmp.unlink(missing_ok=True)
+    for path in reversed(aside):  # the CSV first: no JSON beside a new CSV
+      kept[path].replace(path)
     raise
+  atomic.sync(json_path.parent)
+  for path in aside:  # the new pair is in: a file left over misleads no one
+    try:
+      kept[path].unlink()
+    except OSError as e:
+      logging.warning("%s could not be removed: %s", kept[path], e)
 
 
 def format_table(table: Sequence[dict[str, Any]]) -> str:

@@ -184,22 +184,34 @@ def plan(out: str, *, methods: Sequence[str], seeds: Sequence[int],
 
 def _binding_names(binding: str) -> list[str]:
   """The names a gin binding sets ("NAME" or "SELECTOR.PARAM"), one per line
-  with an `=`, without spaces or a leading `--gin.` or `%`.
+  with an `=`, without spaces or a leading `--gin.` or `%`; in a block (a
+  line "SELECTOR:", then indented lines "PARAM = VALUE"), "SELECTOR.PARAM".
 
-  Example: _binding_names(" --gin.SEED = 7") -> ["SEED"].
+  Examples: _binding_names(" --gin.SEED = 7") -> ["SEED"]; the block
+    "SEED/gin.macro:" with "  value = 7" -> ["SEED/gin.macro.value"].
   """
-  names = []
+  names, block = [], ""
   for line in binding.splitlines():
+    if not line[:1].isspace():
+      block = ""
     if "=" in line:
       name = "".join(line.split("=", 1)[0].split())
+      if block:
+        name = f"{block}.{name}"
       names.append(name.removeprefix("--gin.").removeprefix("%"))
+    elif line.split("#", 1)[0].rstrip().endswith(":"):
+      block = "".join(line.split("#", 1)[0].split())[:-1]
   return names
 
 
 def _own_binding(name: str) -> tuple[str, str, str] | None:
-  """The `OWN_BINDINGS` entry a binding name sets, if any: its macro, or
+  """The `OWN_BINDINGS` entry a binding name sets, if any: its macro, as
+  NAME or as gin keeps it ("SEED/gin.macro.value", "SEED/macro.value"), or
   its parameter under any dotted tail of the full name that gin resolves
   ("train.train.seed", "seed_jax.train.train.seed")."""
+  scope, _, selector = name.rpartition("/")
+  if selector in ("gin.macro.value", "macro.value"):
+    name = scope
   for own in OWN_BINDINGS:
     macro, param, _ = own
     if name == macro or ("." in name and

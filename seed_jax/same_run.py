@@ -192,16 +192,17 @@ def check_budget(runs: Sequence[runner.Run],
   says): an invocation with `--gin NUM_UPDATES=20` after one with 10 would
   compare methods trained for different numbers of updates or samples.
   A run planned again may have been trained for fewer updates (it goes on
-  to this budget now); one never started (no config.gin) is not compared,
-  nor, with a line printed, one whose config.gin does not parse.
+  to this budget now); one never started (no config.gin) is not compared.
+  A config.gin that does not parse is refused: its run's budget is unknown
+  (training writes the file whole, so it was damaged or edited since).
 
   Args:
     runs: the runs to start, from `experiments.plan`.
     existing: {run name ("grpo/seed0"): its workdir} of the runs in OUT.
 
   Raises:
-    ValueError: naming each run whose budget differs, and the values; as
-      `trained_config`.
+    ValueError: naming each run whose budget differs, and the values, or
+      a run whose config.gin does not parse; as `trained_config`.
   """
   if not runs:
     return
@@ -214,8 +215,10 @@ def check_budget(runs: Sequence[runner.Run],
     except FileNotFoundError:
       continue
     except ValueError as e:
-      print(f"{name}: its budget is unknown, not compared: {e}", flush=True)
-      continue
+      raise ValueError(
+          f"{name} is already in OUT, but {e}, so its budget cannot be "
+          "compared with the runs to start: delete that run folder "
+          f"({workdir}) if it is not wanted, or use another --out") from None
     keys = [k for k in BUDGET if had[k] != wanted[k]]
     if name in planned and keys == ["num_updates"] and None not in (
         had["num_updates"], wanted["num_updates"]) and (

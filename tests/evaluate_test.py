@@ -16,6 +16,7 @@ import pytest
 from seed_jax import checkpoints
 from seed_jax import evaluate
 from seed_jax import hf
+from seed_jax import manifests
 from seed_jax import testing
 from seed_jax.envs import base as envs_base
 
@@ -368,14 +369,14 @@ def test_a_step_deleted_while_it_is_read_is_one_error_line(tiny_run,
   that run being left out), not orbax's traceback."""
   workdir = str(tmp_path / "run")
   shutil.copytree(tiny_run, workdir)
-  real = checkpoints.check_manifest
+  real = manifests.check_manifest
 
   def then_deleted(step_dir):
     problem = real(step_dir)
     shutil.rmtree(os.path.join(step_dir, "state"))
     return problem
 
-  monkeypatch.setattr(checkpoints, "check_manifest", then_deleted)
+  monkeypatch.setattr(manifests, "check_manifest", then_deleted)
   with pytest.raises(SystemExit) as e:
     evaluate.main(["--workdir", workdir, "--step", "1", "--num_tasks", "1"])
   assert isinstance(e.value.code, str)
@@ -394,9 +395,9 @@ class _Killed(BaseException):
 def test_a_failed_or_killed_write_leaves_no_json_the_csv_contradicts(
     tiny_run, tmp_path, monkeypatch):
   """An old report pair, then a new evaluation to the same names that fails
-  (a full disk) or dies at each file operation of its writes in turn: a JSON
-  left on disk is whole and the CSV beside it is its own; a failed write
-  leaves the old pair."""
+  (a full disk) or is interrupted at each file operation of its writes in
+  turn: the old pair stays until the new JSON is in place, the new pair
+  after (a file set aside that cannot be removed is left, and logged)."""
   def fake_run(workdir, *, step, num_tasks, **kw):
     del kw
     metrics = {f"eval/{s}/{k}": v for s in ("seen", "unseen")
@@ -431,6 +432,8 @@ def test_a_failed_or_killed_write_leaves_no_json_the_csv_contradicts(
   evaluate.main(run + ["--num_tasks", "2"])
   new, steps = pair(), list(ops)
   assert sorted(old) == sorted(new) == ["e.csv", "e.json"] and old != new
+  done = max(i for i, op in enumerate(steps, 1) if op == "replace")
+  assert steps[done:] == ["unlink", "unlink"]  # the old pair, set aside
   for error in (OSError(28, "No space left on device"), _Killed()):
     for at in range(1, len(steps) + 1):
       shutil.rmtree(out)
@@ -439,12 +442,54 @@ def test_a_failed_or_killed_write_leaves_no_json_the_csv_contradicts(
         (out / name).write_text(text)
       ops.clear()
       crash.update(at=at, error=error)
-      with pytest.raises(SystemExit if isinstance(error, OSError) else _Killed):
+      if isinstance(error, OSError) and at > done:  # the new pair is in
         evaluate.main(run + ["--num_tasks", "2"])
+      else:
+        with pytest.raises(SystemExit if isinstance(error, OSError)
+                           else _Killed):
+          evaluate.main(run + ["--num_tasks", "2"])
       crash["at"] = None
-      left = pair()  # no temporary file stays either
+      left = pair()
       where = f"{type(error).__name__} at {steps[:at]}"
-      assert left in (old, new, {"e.csv": old["e.csv"]},
-                      {"e.csv": new["e.csv"]}), where
-      if steps[at - 1] == "write_text":  # a write failed, nothing replaced
-        assert left == old, where
+      assert {n: left.pop(n, None) for n in old} == (
+          new if at > done else old), where
+      leftover = sorted(re.sub(r"\d+$", "", n) for n in left)
+      assert leftover in ([[]] if at <= done else  # no temporary file stays
+                          [["e.csv.old"], ["e.json.old"],
+                           ["e.csv.old", "e.json.old"]]), where
+
+
+def test_a_rename_that_fails_keeps_the_previous_report(tmp_path,
+                                                       monkeypatch):
+  """Each rename of `write_report` failing in turn: the previous pair, whole,
+  until the new JSON is in (the old JSON was removed first, and a failed
+  rename after that left a CSV and no JSON: the evaluation lost)."""
+  def report(num_tasks):
+    return dict(num_tasks=num_tasks, per_task={}, metrics={
+        f"eval/{s}/{k}": v for s in ("seen", "unseen")
+        for k, v in (("success", 0.5), ("tasks", float(num_tasks)))})
+
+  paths = dict(out_json=tmp_path / "e.json", out_csv=tmp_path / "e.csv")
+  def files():
+    return {n: (tmp_path / n).read_text() for n in os.listdir(tmp_path)}
+
+  evaluate.write_report(report(1), **paths)
+  old = files()
+  gpath = type(epath.Path(tmp_path))
+  real, calls = gpath.replace, {"n": 0, "fail": None}
+  def replace(self, target):
+    calls["n"] += 1
+    if calls["n"] == calls["fail"]:
+      raise OSError(5, "Input/output error")
+    return real(self, target)
+  monkeypatch.setattr(gpath, "replace", replace)
+  evaluate.write_report(report(2), **paths)
+  new, renames = files(), calls["n"]
+  assert sorted(old) == sorted(new) == ["e.csv", "e.json"] and old != new
+  for fail in range(1, renames + 1):
+    for name, text in old.items():
+      (tmp_path / name).write_text(text)
+    calls.update(n=0, fail=fail)
+    with pytest.raises(OSError, match="Input/output error"):
+      evaluate.write_report(report(2), **paths)
+    assert files() == old, f"rename {fail} of {renames} failed"

@@ -176,6 +176,31 @@ def test_bindings_the_runner_makes_itself_are_refused(tmp_path, flags, name,
   assert not out.exists()
 
 
+@pytest.mark.parametrize("binding,use", [
+    ("SEED/gin.macro.value=7", "--seeds"),
+    ("SEED/macro.value=7", "--seeds"),
+    ("SEED/gin.macro:\n  value = 7", "--seeds"),
+    ("train.train:\n  seed = 7", "--seeds"),
+    ("WORKDIR/gin.macro.value='/x'", "--out"),
+    ("VARIANT/macro.value='opid'", "--methods"),
+])
+def test_the_runners_macros_bound_as_gin_keeps_them_are_refused(
+    tmp_path, binding, use):
+  """gin keeps `SEED = 7` as the binding SEED/gin.macro.value: bound so, or
+  in a block, after the runner's --gin.SEED=<s>, it made every run train
+  seed 7 (check_seed saw %SEED, as each run does), write one folder, or be
+  one method. A block binding train.train.seed is named here too (before,
+  only check_seed refused it)."""
+  out = tmp_path / "exp"
+  with pytest.raises(SystemExit, match=(
+      rf"^error: --gin {re.escape(repr(binding))} sets .*, which `run` sets "
+      rf"for each (run|method) itself .*: use {use}")):
+    experiments.main(["run", "--out", str(out), "--methods", "grpo,seed",
+                      "--seeds", "0,1", "--gin_file", TINY, "--dry_run",
+                      "--gin", binding])
+  assert not out.exists()
+
+
 @pytest.mark.parametrize("lines,binding", [
     # SEED then unused: refused before too, but as an unused macro.
     (["train.train.seed = 3"], "train.train.seed = 3"),

@@ -64,7 +64,7 @@ def _trained(out, name, *bindings):
   return str(workdir)
 
 
-def test_runs_in_out_with_another_budget_are_refused(tmp_path, capsys):
+def test_runs_in_out_with_another_budget_are_refused(tmp_path):
   """An invocation on an OUT whose runs had another NUM_UPDATES, group size
   (...) would have the summary compare methods on different budgets."""
   out = tmp_path / "exp"
@@ -95,16 +95,25 @@ def test_runs_in_out_with_another_budget_are_refused(tmp_path, capsys):
   with pytest.raises(ValueError, match="grpo/seed0 was trained with "
                      "num_updates=10, not 5"):
     check(["grpo", "seed"], "NUM_UPDATES=5", existing=ok)
-  # Never started (no config.gin): nothing to compare; a damaged config.gin
-  # is named and not compared.
+  # Never started (no config.gin): nothing to compare.
   (out / "opid" / "seed0").mkdir(parents=True)
-  damaged = _trained(out, "opid/seed1")
+  check(["seed"], "NUM_UPDATES=10", existing=dict(
+      ok, **{"opid/seed0": str(out / "opid" / "seed0")}))
+
+
+def test_a_run_in_out_whose_config_gin_does_not_parse_is_refused(tmp_path):
+  """Its budget is unknown: it was trained for 10 updates, and a rerun for
+  20 would have slipped through (training writes config.gin whole, so
+  only damage or an edit makes one that does not parse)."""
+  out = tmp_path / "exp"
+  damaged = _trained(out, "grpo/seed0", "NUM_UPDATES=10")
   with open(os.path.join(damaged, "config.gin"), "a") as f:
     f.write("train.train.seed = (\n")
-  capsys.readouterr()
-  check(["seed"], "NUM_UPDATES=10", existing=dict(
-      ok, **{"opid/seed0": str(out / "opid" / "seed0"),
-             "opid/seed1": damaged}))
-  assert capsys.readouterr().out.startswith(
-      "opid/seed1: its budget is unknown, not compared: "
-      f"{damaged}/config.gin does not parse")
+  runs = experiments.plan(str(out), methods=["seed"], seeds=[0],
+                          gin_files=[TINY], bindings=["NUM_UPDATES=20"])
+  with pytest.raises(ValueError, match=(
+      rf"^grpo/seed0 is already in OUT, but {re.escape(damaged)}/config.gin "
+      r"does not parse \(TokenError: .*\), so its budget cannot be compared "
+      r"with the runs to start: delete that run folder "
+      rf"\({re.escape(damaged)}\) if it is not wanted, or use another --out$")):
+    same_run.check_budget(runs, {"grpo/seed0": damaged})
