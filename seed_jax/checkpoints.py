@@ -11,11 +11,11 @@ A step directory `workdir/checkpoints/<step>/` holds four items:
 
 Orbax writes each step into a temporary directory and renames it when every
 item is written, so a step directory that exists is complete. Once a save has
-finished, a manifest of the step's files (size and CRC-32 of each, or the
-size alone with `checksums=False`, which spares process 0 reading every file
-back: at 7B on network storage that is tens of GB per save) is added (to a
-step whose process stopped before that, or whose manifest could not be
-written, which is logged, once it restores);
+finished, a manifest of the step's files (see `manifests`: size and CRC-32
+of each, or the size alone with `checksums=False`, which spares process 0
+reading every file back: at 7B on network storage that is tens of GB per
+save) is added (to a step whose process stopped before that, or whose
+manifest could not be written, which is logged, once it restores);
 `restore_latest` checks it, and a step whose files no longer match, or that
 fails to restore, is reported and skipped in favour of the step before it
 (then moved to `workdir/corrupt_checkpoints/`). A file that cannot be read
@@ -36,10 +36,9 @@ import logging
 import os
 import shutil
 import time
-from typing import Any, Callable, Mapping, TypeVar
+from typing import Any, Mapping
 import uuid
 import warnings
-import zlib
 
 from etils import epath
 import jax
@@ -47,14 +46,12 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
-from seed_jax import atomic
 from seed_jax import distributed
+from seed_jax import manifests
 from seed_jax import model as model_lib
 
 ITEMS = ("state", "reference", "rng", "host")
-MANIFEST = "seed_manifest.json"
-_CHUNK = 8 << 20
-T = TypeVar("T")
+MANIFEST = manifests.MANIFEST  # the file name, in each step directory
 
 
 class CorruptCheckpointError(RuntimeError):
@@ -191,128 +188,6 @@ def tree_bytes(tree: Any) -> int:
   """Bytes of a pytree of arrays or ShapeDtypeStructs (one checkpoint copy)."""
   return sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize
              for x in jax.tree.leaves(tree))
-
-
-def _walk(directory: epath.Path):
-  # iterdir, not rglob: epath refuses `**` (it would be slow on GCS).
-  for p in sorted(directory.iterdir()):
-    if p.is_dir():
-      yield from _walk(p)
-    elif p.name != MANIFEST:
-      yield p
-
-
-def _crc32(path: epath.Path) -> int:
-  crc = 0
-  with path.open("rb") as f:
-    while chunk := f.read(_CHUNK):
-      crc = zlib.crc32(chunk, crc)
-  return crc
-
-
-def _read_twice(read: Callable[[epath.Path], T], path: epath.Path,
-                name: str) -> T:
-  """`read(path)`, tried once more after an I/O error other than a missing
-  file (a flaky disk or network mount is no evidence of corruption).
-
-  Raises:
-    FileNotFoundError: the file is gone.
-    OSError: the second try failed too; the message names `name`.
-  """
-  try:
-    return read(path)
-  except FileNotFoundError:
-    raise
-  except OSError as e:
-    logging.warning("reading %s failed (%s: %s); trying again", path,
-                    type(e).__name__, e)
-  try:
-    return read(path)
-  except FileNotFoundError:
-    raise
-  except OSError as e:
-    raise OSError(f"{name} could not be read, twice ({type(e).__name__}: "
-                  f"{e})") from e
-
-
-def write_manifest(step_dir: epath.PathLike, *, checksums: bool = True
-                   ) -> None:
-  """Records the size and CRC-32 (None when not `checksums`) of every file of
-  a finished step directory."""
-  step_dir = epath.Path(step_dir)
-  files = {os.fspath(p.relative_to(step_dir)):
-           [p.stat().length, _crc32(p) if checksums else None]
-           for p in _walk(step_dir)}
-  atomic.write_text(step_dir / MANIFEST, json.dumps(files))
-
-
-def _read_manifest(path: epath.Path) -> dict[str, list]:
-  """A manifest's {file: [size, crc or None]}.
-
-  Raises:
-    OSError: the file cannot be read.
-    ValueError: it is not JSON, or JSON of another shape (naming what).
-  """
-  files = json.loads(path.read_text())
-  if not isinstance(files, dict):
-    raise ValueError(f"{MANIFEST} holds {_clip(files)}, not a "
-                     "{file: [size, crc]} object")
-  for name, entry in files.items():
-    if not (isinstance(entry, list) and len(entry) == 2
-            and _is_count(entry[0])
-            and (entry[1] is None or _is_count(entry[1]))):
-      raise ValueError(f"{MANIFEST} records {name!r} as {_clip(entry)}, "
-                       "not [size, crc]")
-  return files
-
-
-def _is_count(x: Any) -> bool:
-  return isinstance(x, int) and not isinstance(x, bool) and x >= 0
-
-
-def _clip(value: Any) -> str:
-  text = json.dumps(value)
-  return text if len(text) <= 60 else text[:57] + "..."
-
-
-def check_manifest(step_dir: epath.PathLike) -> str | None:
-  """Why a step directory does not match its manifest; None when it does.
-
-  A step without a manifest (the process stopped between the save and the
-  manifest) passes; its restore is the check.
-
-  Raises:
-    OSError: a file (or the manifest) that is there could not be read, twice
-      (an I/O error, not a verdict on the step), naming it;
-      FileNotFoundError when one went while it was checked.
-  """
-  step_dir = epath.Path(step_dir)
-  path = step_dir / MANIFEST
-  if not path.exists():
-    return None
-  try:
-    files = _read_twice(_read_manifest, path, MANIFEST)
-  except ValueError as e:
-    return f"unreadable manifest: {e}"
-  for name, (size, crc) in files.items():
-    p = step_dir / name
-    if not p.exists():
-      return f"{name} is missing"
-    length = _read_twice(lambda f: f.stat().length, p, name)
-    if length != size:
-      return f"{name} has {length} bytes, {size} were written"
-    if crc is not None and _read_twice(_crc32, p, name) != crc:
-      return f"{name} does not match its checksum"
-  return None
-
-
-def _checksummed(step_dir: epath.Path) -> bool:
-  """Whether the step's manifest holds a checksum of every file."""
-  try:
-    files = _read_manifest(step_dir / MANIFEST)
-  except (OSError, ValueError):
-    return False
-  return bool(files) and all(crc is not None for _, crc in files.values())
 
 
 class Checkpointer:
@@ -527,7 +402,7 @@ class Checkpointer:
         step_dir = self.directory / str(step)
         try:
           if step_dir.exists():  # not already removed by max_to_keep
-            write_manifest(step_dir, checksums=self._checksums)
+            manifests.write_manifest(step_dir, checksums=self._checksums)
         except OSError as e:
           logging.warning("could not write the manifest of checkpoint step "
                           "%d in %s: %s; it is written once the step "
@@ -674,7 +549,7 @@ class Checkpointer:
       return
     try:
       if not (step_dir / MANIFEST).exists():
-        write_manifest(step_dir, checksums=self._checksums)
+        manifests.write_manifest(step_dir, checksums=self._checksums)
         logging.info("wrote the missing manifest of checkpoint step %d in %s",
                      step, self.directory)
     except OSError as e:
@@ -690,7 +565,7 @@ class Checkpointer:
     present = [p for p in (step_dir / item for item in ITEMS) if p.exists()]
     vanished = lambda: not all(p.exists() for p in present)
     try:
-      problem = check_manifest(step_dir)
+      problem = manifests.check_manifest(step_dir)
     except FileNotFoundError as e:  # deleted meanwhile
       problem = f"{type(e).__name__}: {e}"
     except OSError as e:
@@ -710,7 +585,7 @@ class Checkpointer:
       # Files that match their checksums are intact: the failure is the
       # caller's (an abstract state of another structure, say). Sizes alone
       # do not tell, so such a step falls back like one without a manifest.
-      kind = "failed_verified" if _checksummed(step_dir) else "failed"
+      kind = "failed_verified" if manifests.checksummed(step_dir) else "failed"
       return _Attempt(kind, f"{type(e).__name__}: {e}", error=e,
                       vanished=vanished())
     return _Attempt("ok", restored=restored)

@@ -12,6 +12,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from seed_jax import checkpoints
+from seed_jax import manifests
 from seed_jax import model as model_lib
 from seed_jax import partitioning
 from seed_jax import testing
@@ -258,7 +259,7 @@ def test_a_manifest_of_another_shape_is_unreadable(saved, tmp_path,
   workdir = _copy(saved, tmp_path)
   step_dir = workdir / "checkpoints" / "3"
   (step_dir / checkpoints.MANIFEST).write_text(manifest)
-  assert checkpoints.check_manifest(step_dir).startswith(
+  assert manifests.check_manifest(step_dir).startswith(
       f"unreadable manifest: {checkpoints.MANIFEST} ")
   with checkpoints.Checkpointer(workdir, model_config=CONFIG) as ckpt:
     with pytest.warns(checkpoints.CorruptCheckpointWarning,
@@ -357,8 +358,8 @@ def test_read_only_creates_nothing(tmp_path):
 
 def test_size_only_manifests(tmp_path, monkeypatch):
   read_back = []
-  real = checkpoints._crc32  # pylint: disable=protected-access
-  monkeypatch.setattr(checkpoints, "_crc32",
+  real = manifests._crc32  # pylint: disable=protected-access
+  monkeypatch.setattr(manifests, "_crc32",
                       lambda p: read_back.append(p) or real(p))
   state, ref = _make(1)
   with checkpoints.Checkpointer(tmp_path, model_config=CONFIG,
@@ -368,11 +369,11 @@ def test_size_only_manifests(tmp_path, monkeypatch):
   manifest = json.loads((step_dir / checkpoints.MANIFEST).read_text())
   assert manifest and all(crc is None for _, crc in manifest.values())
   assert not read_back  # no file was read back after the save
-  assert checkpoints.check_manifest(step_dir) is None
+  assert manifests.check_manifest(step_dir) is None
   # A size still tells a truncated file.
   path = _largest_file(step_dir)
   os.truncate(path, os.path.getsize(path) // 2)
-  assert "bytes" in checkpoints.check_manifest(step_dir)
+  assert "bytes" in manifests.check_manifest(step_dir)
 
 
 def test_a_collective_error_is_not_taken_for_corruption(saved, tmp_path,
@@ -438,7 +439,7 @@ def test_a_step_without_manifest_gets_one_once_it_restores(saved, tmp_path):
   # The restart's resume does, with checksums.
   with checkpoints.Checkpointer(workdir, model_config=CONFIG) as ckpt:
     assert ckpt.restore_latest(abstract_state, abstract_ref).step == 3
-  assert checkpoints.check_manifest(step_dir) is None
+  assert manifests.check_manifest(step_dir) is None
   assert all(crc is not None for _, crc in
              json.loads(manifest.read_text()).values())
   # From then on a flipped byte is caught by the check: the next resume
@@ -461,7 +462,7 @@ def test_a_missing_manifest_covers_only_what_the_restore_read(saved,
     assert ckpt.restore(2, abstract_state).step == 2
     assert not manifest.exists()  # the reference was not read
     assert ckpt.restore(2, abstract_state, abstract_ref).step == 2
-  assert checkpoints.check_manifest(step_dir) is None
+  assert manifests.check_manifest(step_dir) is None
   assert any(name.startswith("reference/")
              for name in json.loads(manifest.read_text()))
 
@@ -476,14 +477,14 @@ def test_a_step_deleted_while_it_is_read_is_named(saved, tmp_path,
   # restore fails; before, the check does.
   workdir = _copy(saved, tmp_path)
   step_dir = workdir / "checkpoints" / "2"
-  real = checkpoints.check_manifest
+  real = manifests.check_manifest
 
   def then_deleted(path):
     problem = real(path) if when == "after the check" else None
     shutil.rmtree(step_dir / "state" if deleted == "state" else step_dir)
     return problem if when == "after the check" else real(path)
 
-  monkeypatch.setattr(checkpoints, "check_manifest", then_deleted)
+  monkeypatch.setattr(manifests, "check_manifest", then_deleted)
   with checkpoints.Checkpointer(workdir, model_config=CONFIG,
                                 read_only=True) as ckpt:
     with pytest.raises(checkpoints.CorruptCheckpointError,
@@ -523,11 +524,11 @@ def test_a_manifest_that_cannot_be_written_is_logged_not_raised(
   def failing(step_dir, **kwargs):
     raise OSError(errno.EIO, "Input/output error (injected)")
 
-  real = checkpoints.write_manifest
+  real = manifests.write_manifest
   state = _make(1)[0]
   ckpt = checkpoints.Checkpointer(tmp_path, model_config=CONFIG)
   assert ckpt.save(1, state)
-  monkeypatch.setattr(checkpoints, "write_manifest", failing)
+  monkeypatch.setattr(manifests, "write_manifest", failing)
   with caplog.at_level("WARNING"):
     assert ckpt.save(2, state)  # after step 1's manifest failed
     ckpt.close()  # step 2's fails too
@@ -535,16 +536,16 @@ def test_a_manifest_that_cannot_be_written_is_logged_not_raised(
     assert (f"could not write the manifest of checkpoint step {step} in "
             f"{tmp_path / 'checkpoints'}: [Errno 5] Input/output error "
             "(injected)") in caplog.text
-  manifests = [tmp_path / "checkpoints" / str(s) / checkpoints.MANIFEST
-               for s in (1, 2)]
-  assert not any(m.exists() for m in manifests)
-  monkeypatch.setattr(checkpoints, "write_manifest", real)
+  written = [tmp_path / "checkpoints" / str(s) / checkpoints.MANIFEST
+             for s in (1, 2)]
+  assert not any(m.exists() for m in written)
+  monkeypatch.setattr(manifests, "write_manifest", real)
   abstract_state = _abstract(_mesh())[0]
   with checkpoints.Checkpointer(tmp_path, model_config=CONFIG) as ckpt:
     assert ckpt.restore_latest(abstract_state).step == 2
     assert ckpt.restore(1, abstract_state).step == 1
-  assert all(m.exists() for m in manifests)
-  assert checkpoints.check_manifest(manifests[0].parent) is None
+  assert all(m.exists() for m in written)
+  assert manifests.check_manifest(written[0].parent) is None
 
 
 @pytest.mark.parametrize("read", ["crc", "manifest"])
@@ -555,7 +556,7 @@ def test_a_read_error_once_is_retried_not_taken_for_corruption(
   workdir = _copy(saved, tmp_path)
   failed = []
   name = "_crc32" if read == "crc" else "_read_manifest"
-  real = getattr(checkpoints, name)
+  real = getattr(manifests, name)
 
   def flaky(path):
     if not failed and "checkpoints/3/" in str(path):
@@ -563,7 +564,7 @@ def test_a_read_error_once_is_retried_not_taken_for_corruption(
       raise OSError(errno.EIO, "Input/output error (injected)")
     return real(path)
 
-  monkeypatch.setattr(checkpoints, name, flaky)
+  monkeypatch.setattr(manifests, name, flaky)
   with checkpoints.Checkpointer(workdir, model_config=CONFIG) as ckpt:
     out = ckpt.restore_latest(*_abstract(_mesh()))
     assert out.step == 3 and failed
@@ -579,7 +580,7 @@ def test_a_read_error_that_persists_is_raised_and_the_step_kept(
   workdir = _copy(saved, tmp_path)
   step_dir = workdir / "checkpoints" / "3"
   victim = os.path.relpath(_largest_file(step_dir), step_dir)
-  real = checkpoints._crc32  # pylint: disable=protected-access
+  real = manifests._crc32  # pylint: disable=protected-access
   tries = []
 
   def failing(path):
@@ -588,7 +589,7 @@ def test_a_read_error_that_persists_is_raised_and_the_step_kept(
       raise error
     return real(path)
 
-  monkeypatch.setattr(checkpoints, "_crc32", failing)
+  monkeypatch.setattr(manifests, "_crc32", failing)
   with checkpoints.Checkpointer(workdir, model_config=CONFIG) as ckpt:
     with pytest.raises(checkpoints.RestoreError,
                        match=rf"step 3 in {workdir / 'checkpoints'} could not "
