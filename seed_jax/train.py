@@ -35,6 +35,7 @@ from seed_jax import evaluate as evaluate_lib
 from seed_jax import faults
 from seed_jax import hf
 from seed_jax import metrics as metrics_lib
+from seed_jax import model as model_lib
 from seed_jax import partitioning
 from seed_jax import policies
 from seed_jax import rl_checks
@@ -123,25 +124,45 @@ def _prepare_kwargs(policy_fn: Callable[..., Any]) -> dict[str, Any] | None:
   return out
 
 
+def _model_folder(kwargs: dict[str, Any], workdir) -> str | None:
+  """The folder whose config.json describes the model `policies.prepare`
+  with `kwargs` will build: the policy already prepared in `workdir/policy`
+  (a restart), else the Hugging Face `model_dir`; None for the others."""
+  prepared = epath.Path(workdir) / "policy"
+  if (prepared / "config.json").exists():
+    return str(prepared)
+  return kwargs["model_dir"] if kwargs["source"] == "hf" else None
+
+
+def known_config(policy_fn: Callable[..., Any],
+                 workdir) -> model_lib.ModelConfig | None:
+  """The `ModelConfig` of the model `policy_fn` will build, where a folder's
+  config.json holds it before it is built (see `_model_folder`). None for
+  any other `policy_fn` or source (the demo's vocabulary is learned by its
+  warm start; a gguf file is downloaded by the `policy_fn`), or a
+  config.json that does not read (`policy_fn` then says why)."""
+  kwargs = _prepare_kwargs(policy_fn)
+  folder = None if kwargs is None else _model_folder(kwargs, workdir)
+  if not folder:
+    return None
+  try:
+    return hf.load_config(folder)
+  except (OSError, ValueError):
+    return None
+
+
 def known_context(policy_fn: Callable[..., Any], workdir) -> int | None:
   """The context (positions) of the model `policy_fn` will build, where it is
-  known before it is built: the policy already prepared in
-  `workdir/policy` (a restart), else `policies.prepare`'s demo model
-  (`demo_kwargs["model"]`) or Hugging Face folder (its config.json). None
-  for any other `policy_fn` or source, or a folder whose config.json does not
-  read (`policy_fn` then says why)."""
+  known before it is built: `known_config`'s, else `policies.prepare`'s
+  demo model's (`demo_kwargs["model"]`). None for any other `policy_fn` or
+  source, or a folder whose config.json does not read (`policy_fn` then
+  says why)."""
   kwargs = _prepare_kwargs(policy_fn)
   if kwargs is None:
     return None
-  prepared = epath.Path(workdir) / "policy"
-  folder = kwargs["model_dir"] if kwargs["source"] == "hf" else None
-  if (prepared / "config.json").exists():
-    folder = str(prepared)
-  if folder:
-    try:
-      return hf.load_config(folder).max_position_embeddings
-    except (OSError, ValueError):
-      return None
+  if _model_folder(kwargs, workdir):
+    config = known_config(policy_fn, workdir)
+    return None if config is None else config.max_position_embeddings
   if kwargs["source"] != "demo":
     return None  # gguf: in the file, downloaded by the policy_fn
   from seed_jax import demo  # pylint: disable=g-import-not-at-top
@@ -225,8 +246,9 @@ def train(workdir: str, *,
     ValueError: a mesh that does not fit the devices or the batch, several
       processes without one, an analyzer the trainer refuses (an
       external one without a teacher, say), or prompt budgets that do not
-      fit the model's context, where that is known before the model is
-      built (`known_context`), before any work.
+      fit the model's context, or parameters the mesh cannot shard
+      (`partitioning.param_shardings`), where the model is known before it
+      is built (`known_context`, `known_config`), before any work.
     ValueError, OSError, checkpoints.CorruptCheckpointError: a refused start
       (see START_ERRORS; a checkpoint past `num_updates`, or written with
       another `seed`, too), before
@@ -238,14 +260,17 @@ def train(workdir: str, *,
                max_to_keep=max_to_keep, keep_every=keep_every,
                eval_every=eval_every, eval_tasks=eval_tasks,
                max_consecutive_nonfinite=max_consecutive_nonfinite)
-  # The layout and prompt budgets RLTrainer will use, checked before the
-  # minutes of the warm start and Stage 1.
+  # The layout, prompt budgets and parameter shardings RLTrainer will use,
+  # checked before the minutes of the warm start and Stage 1.
   mesh = partitioning.make_mesh(mesh_shape) if mesh_shape else None
   rl_checks.check_layout(rl, mesh, rollout_chunks)
   rl_checks.check_analyzer(rl, env_name, teacher)
   context = known_context(policy_fn, workdir)
   if context is not None:  # else RLTrainer checks, once the model is built
     rl_checks.check_prompt_budgets(rl, context)
+  model_config = known_config(policy_fn, workdir)
+  if mesh is not None and model_config is not None:  # else RLTrainer checks
+    partitioning.param_shardings(model_config, mesh)  # shapes only
   if mesh is None and jax.device_count() > 1:
     logging.warning("%d devices and no train.train.mesh_shape: training uses "
                     "one of them; set mesh_shape, e.g. (1, -1, 1), to use "

@@ -617,6 +617,77 @@ def test_known_context(tmp_path):
   assert train.known_context(policies.prepare, workdir) == 768
 
 
+def test_known_config(tmp_path):
+  import functools  # pylint: disable=g-import-not-at-top
+  from seed_jax import hf  # pylint: disable=g-import-not-at-top
+  from seed_jax import policies  # pylint: disable=g-import-not-at-top
+  workdir = tmp_path / "run"
+  _write_model_config(tmp_path / "model", 4096)
+  hf_prepare = functools.partial(policies.prepare, source="hf",
+                                 model_dir=str(tmp_path / "model"))
+  assert train.known_config(hf_prepare, workdir) == hf.load_config(
+      str(tmp_path / "model"))
+  # The demo's vocabulary comes from its warm start: not known here.
+  assert train.known_config(policies.prepare, workdir) is None
+  assert train.known_config(testing.tiny_policy, workdir) is None
+  # A restart reloads the policy it prepared, the demo's too.
+  _write_model_config(workdir / "policy", 768)
+  for policy_fn in (hf_prepare, policies.prepare):
+    assert train.known_config(
+        policy_fn, workdir).max_position_embeddings == 768
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_parameters_the_mesh_cannot_shard_stop_before_the_policy(
+    tmp_path, monkeypatch, processes):
+  """A model folder's config.json gives the parameter shapes: embeddings
+  (4099 x 1028 floats, 17 MB) that no dimension of splits over the 8-way
+  fsdp axis are refused before policy_fn runs (the warm start and Stage 1),
+  in the words of RLTrainer's own check."""
+  import functools  # pylint: disable=g-import-not-at-top
+  import jax  # pylint: disable=g-import-not-at-top
+  from seed_jax import distributed  # pylint: disable=g-import-not-at-top
+  from seed_jax import hf  # pylint: disable=g-import-not-at-top
+  from seed_jax import policies  # pylint: disable=g-import-not-at-top
+  from seed_jax import trainer  # pylint: disable=g-import-not-at-top
+  model_dir = tmp_path / "model"
+  model_dir.mkdir()
+  (model_dir / "config.json").write_text(json.dumps(testing.tiny_config(
+      vocab_size=4099, hidden_size=1028, num_heads=4, num_kv_heads=4,
+      head_dim=257, num_layers=1, tie_embeddings=True,
+      max_position_embeddings=4096).to_hf()))
+  run = functools.partial(
+      train.train, rl=trainer.RLConfig(num_groups=2, group_size=4,
+                                       mini_batch_size=8, micro_batches=1),
+      mesh_shape=(1, 8, 1), min_free_bytes=0)
+  # The late check: a policy_fn whose model is known once it is built.
+  tokenizer = testing.tiny_policy().tokenizer
+  config = hf.load_config(str(model_dir))
+  with pytest.raises(ValueError) as late:
+    run(str(tmp_path / "late"), policy_fn=lambda workdir, seed: (
+        policies.Policy(config, None, tokenizer)))
+  assert "1 parameter(s) of the model do not split over the 8-way" in str(
+      late.value)
+  ran = []
+
+  def load_tokenizer(*args, **kwargs):  # policies.prepare's first load
+    ran.append(args)
+    raise AssertionError("policy_fn ran")
+
+  monkeypatch.setattr(policies.hf, "load_tokenizer", load_tokenizer)
+  # Several processes: prepare gets no mesh, and RLTrainer checks only after
+  # Stage 1. The start-up checks' verdicts, as alike processes would gather
+  # them.
+  monkeypatch.setattr(jax, "process_count", lambda: processes)
+  monkeypatch.setattr(distributed, "allgather_objects",
+                      lambda obj: [obj] * processes)
+  with pytest.raises(ValueError) as early:
+    run(str(tmp_path / "run"), policy_fn=functools.partial(
+        policies.prepare, source="hf", model_dir=str(model_dir)))
+  assert str(early.value) == str(late.value)
+  assert not ran and not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize("mesh_shape,warned", [(None, True),
                                                ((1, -1, 1), False)])
 def test_idle_devices_without_a_mesh_are_warned_about(tmp_path, caplog,
