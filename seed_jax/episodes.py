@@ -18,6 +18,8 @@ class Step:
     action_valid: whether the reply projected to an admissible action.
     reward: environment reward for this step.
     done: whether the episode ended after this step.
+    truncated: the reply hit the sampler's max_new_tokens before EOS or a
+      stop string (kept out of analysis prompts, `skills.format_step`).
   """
   observation: str
   prompt: str
@@ -26,6 +28,7 @@ class Step:
   action_valid: bool
   reward: float = 0.0
   done: bool = False
+  truncated: bool = False
 
 
 @dataclasses.dataclass

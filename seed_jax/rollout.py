@@ -298,6 +298,8 @@ class Sample:
   action_valid: bool
   reward: float
   done: bool
+  # The response hit max_new_tokens before EOS or a stop string.
+  truncated: bool = False
 
 
 @dataclasses.dataclass
@@ -399,6 +401,7 @@ def rollout(generate: GenerateFn, pool: envs_base.EnvPool, rng: jax.Array, *,
     new_obs, rewards, dones, new_infos = pool.step(actions)
     env_steps += len(active)
     for i, prompt, gen in zip(active, prompts, gens):
+      cut = bool(getattr(gen, "truncated", False))  # a fake may not say
       # A step is valid only if the reply projected and the env accepted it;
       # an env that raised on it judged nothing (the episode fails instead).
       judged = not new_infos[i].get("error")
@@ -409,10 +412,11 @@ def rollout(generate: GenerateFn, pool: envs_base.EnvPool, rng: jax.Array, *,
           prompt=prompt, prompt_ids=gen.prompt_ids,
           response_ids=gen.response_ids, old_logp=gen.logprobs,
           uid=eps[i].uid, traj_uid=i, step=t, observation=observations[i],
-          action_valid=ok, reward=rewards[i], done=last))
+          action_valid=ok, reward=rewards[i], done=last, truncated=cut))
       eps[i].steps.append(episodes_lib.Step(
           observation=observations[i], prompt=prompt, response=gen.text,
-          action=actions[i], action_valid=ok, reward=rewards[i], done=last))
+          action=actions[i], action_valid=ok, reward=rewards[i], done=last,
+          truncated=cut))
       histories[i].append((observations[i], actions[i]))
     observations, infos = new_obs, new_infos
     now = time.monotonic()
@@ -442,6 +446,10 @@ def pad_samples(samples: Sequence[Sample], *, pad_id: int,
   Returns:
     prompts/prompt_mask [S, P] int32; responses/response_mask [S, R] int32;
     old_logp [S, R] float32.
+
+  Raises:
+    ValueError: a response longer than `response_len` (its tail would be
+      dropped from training), naming the sample.
   """
   p = sampler_lib.pad_left([s.prompt_ids for s in samples],
                            buckets=prompt_buckets, pad_id=pad_id)
@@ -450,8 +458,14 @@ def pad_samples(samples: Sequence[Sample], *, pad_id: int,
   rmask = np.zeros((len(samples), R), np.int32)
   old = np.zeros((len(samples), R), np.float32)
   for i, s in enumerate(samples):
-    k = min(len(s.response_ids), R)
-    resp[i, :k] = s.response_ids[:k]
+    k = len(s.response_ids)
+    if k > R:
+      raise ValueError(
+          f"sample {i} (traj_uid {s.traj_uid}, step {s.step}) has a response "
+          f"of {k} tokens, longer than response_len={R}: its last {k - R} "
+          "tokens would not be trained on; pass a response_len of at least "
+          "the sampler's max_new_tokens")
+    resp[i, :k] = s.response_ids
     rmask[i, :k] = 1
     old[i, :k] = s.old_logp[:k]
   return {"prompts": p.tokens, "prompt_mask": p.mask, "responses": resp,

@@ -549,6 +549,8 @@ class RLTrainer:
 
     The samples leave out the steps of episodes whose environment raised
     (`samples_env_error` counts them); the episodes keep them, failed.
+    `responses_truncated` is the share of replies (those left out too) cut
+    at `max_new_tokens`.
 
     Raises:
       RuntimeError: a chunk failed on some process, or every episode's
@@ -594,6 +596,8 @@ class RLTrainer:
     metrics = {"env_steps": float(sum(p["res"].env_steps for p in parts)),
                "samples_env_error": float(len(every) - len(samples)),
                "prompts_truncated": float(sum(p["truncated"] for p in parts)),
+               "responses_truncated": float(np.mean([s.truncated
+                                                     for s in every])),
                **times}  # this process's times
     metrics.update(merge_chunk_metrics([p["an"] for p in parts]))
     return Collected(samples, episodes, found, metrics)

@@ -4,6 +4,7 @@ sampler's log-probs agree with the scorer."""
 import logging
 import pickle
 import re
+import types
 
 import jax
 import numpy as np
@@ -332,6 +333,67 @@ def test_responses_cut_at_max_new_tokens_are_flagged():
                          sampler.Greedy())
   assert all(g.truncated == (len(g.response_ids) == 4) for g in gens)
   assert rollout.Generation("x", [], [], []).truncated is False
+
+
+def test_rollout_records_replies_cut_at_max_new_tokens():
+  pool = base.EnvPool("sokoban", num_groups=1, group_size=2, max_steps=2)
+  obs, infos = pool.reset([1])
+  first = rollout.prompts_lib.build_prompt(
+      "sokoban", pool.members[0].task, [], obs[0],
+      infos[0]["admissible_actions"])
+  tok = tokenizer_lib.train_tokenizer([first] * 5, vocab_size=400)
+  cfg = testing.tiny_config(vocab_size=len(tok), max_position_embeddings=1024,
+                            eos_token_ids=(tok.eos_token_id,))
+  params = model_lib.init_params(cfg, jax.random.key(0))
+
+  def play(config):
+    policy = rollout.Policy(config, tok, max_new_tokens=4, buckets=(512,))
+    gen = lambda p, r: policy.generate(params, p, r, sampler.Greedy())
+    return rollout.rollout(gen, pool, jax.random.key(1), env_name="sokoban",
+                           max_steps=2, group_seeds=[1])
+
+  # A random model meets no EOS in 4 tokens: every reply is cut.
+  res = play(cfg)
+  assert len(res.samples) == 4
+  assert all(len(s.response_ids) == 4 and s.truncated for s in res.samples)
+  assert all(st.truncated for e in res.episodes for st in e.steps)
+  # Every token an EOS: each reply ends on its first, none is cut.
+  res = play(cfg.replace(eos_token_ids=tuple(range(len(tok)))))
+  assert all(len(s.response_ids) == 1 for s in res.samples)
+  assert not any(s.truncated for s in res.samples)
+  assert not any(st.truncated for e in res.episodes for st in e.steps)
+
+
+def test_a_generate_that_does_not_say_truncated_cuts_nothing():
+  pool = base.EnvPool("household", num_groups=1, group_size=1, max_steps=2)
+
+  def generate(prompts, rng):  # a stand-in with no `truncated` field
+    del rng
+    return [types.SimpleNamespace(text="look", prompt_ids=[1],
+                                  response_ids=[2], logprobs=[-1.0])
+            for _ in prompts]
+
+  res = rollout.rollout(generate, pool, jax.random.key(0),
+                        env_name="household", max_steps=2, group_seeds=[3])
+  assert res.samples and not any(s.truncated for s in res.samples)
+  assert not any(st.truncated for st in res.episodes[0].steps)
+
+
+def test_pad_samples_refuses_a_response_longer_than_response_len():
+  def sample(traj, n):
+    return rollout.Sample(prompt="p", prompt_ids=[5], response_ids=[6] * n,
+                          old_logp=[-1.0] * n, uid=0, traj_uid=traj, step=2,
+                          observation="o", action_valid=True, reward=0.0,
+                          done=False)
+
+  arrays = rollout.pad_samples([sample(0, 3)], pad_id=0, prompt_buckets=(4,),
+                               response_len=3)
+  assert arrays["response_mask"].tolist() == [[1, 1, 1]]
+  with pytest.raises(ValueError, match=(
+      r"sample 1 \(traj_uid 7, step 2\) has a response of 5 tokens, longer "
+      r"than response_len=3")):
+    rollout.pad_samples([sample(0, 3), sample(7, 5)], pad_id=0,
+                        prompt_buckets=(4,), response_len=3)
 
 
 def test_chat_templates_that_print_a_date_get_a_fixed_one():

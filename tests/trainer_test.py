@@ -86,14 +86,18 @@ def _trainer(policy, **kw):
 
 
 def _played(trainer):
-  """Three steps of two groups x 2, every reply the same `look`."""
+  """Three steps of two groups x 2, every reply the same `look` (its ids cut
+  at max_new_tokens, as the sampler would)."""
   reply = "<think>x</think><action>look</action>"
   ids = trainer.tokenizer.encode(reply, add_special_tokens=False)
+  cut = len(ids) > trainer.rl.max_new_tokens
+  ids = ids[:trainer.rl.max_new_tokens]
 
   def generate(prompts, rng):
     del rng
     return [rollout.Generation(reply, trainer.policy.encode(p), ids,
-                               [-1.0] * len(ids)) for p in prompts]
+                               [-1.0] * len(ids), truncated=cut)
+            for p in prompts]
 
   pool = base.EnvPool("household", num_groups=2, group_size=2, max_steps=3)
   return rollout.rollout(generate, pool, jax.random.key(0),
@@ -583,6 +587,30 @@ def test_steps_of_an_episode_whose_env_raised_are_not_trained_on(policy):
   assert broken[0] not in analyzed and len(analyzed) == len(c.episodes) - 1
   assert {s.traj_uid for s in c.samples} == {
       e.traj_uid for e in c.episodes if e.error is None}
+
+
+def test_replies_cut_at_max_new_tokens_are_counted(policy):
+  t = _trainer(policy, variant="grpo")
+  reply = "<think>x</think><action>look</action>"
+  ids = t.tokenizer.encode(reply, add_special_tokens=False)
+  cuts = []
+
+  def generate(params, prompts, rng, sampling):  # every third reply is cut
+    del params, rng, sampling
+    out = []
+    for p in prompts:
+      cuts.append(len(cuts) % 3 == 0)
+      out.append(rollout.Generation(reply, t.policy.encode(p), ids,
+                                    [-1.0] * len(ids), truncated=cuts[-1]))
+    return out
+
+  t.policy.generate = generate
+  c = t.collect(t.place_params(policy.params), jax.random.key(0),
+                update_index=0)
+  assert 0 < sum(cuts) < len(cuts) == len(c.samples)
+  assert [s.truncated for s in c.samples] == cuts
+  assert c.metrics["responses_truncated"] == pytest.approx(
+      sum(cuts) / len(cuts))
 
 
 def test_an_update_whose_every_env_raised_is_a_clear_error(policy):
