@@ -317,6 +317,23 @@ def _planned_updates(workdir: str, recorded: Mapping[str, Mapping[int, int]],
   return int(planned)
 
 
+def _without_metrics(out: str, runs: Mapping[str, Mapping[str, Any]],
+                     histories: Mapping[str, Mapping[int, Any]]
+                     ) -> dict[str, list[int]]:
+  """{method: [seeds]} of the runs of OUT without records in `histories`:
+  those with a folder (`run_dirs`) or a status.json entry (`_recorded`
+  `runs`), methods and seeds in that order."""
+  found = {m: list(by_seed) for m, by_seed in run_dirs(out).items()}
+  for run in runs.values():
+    if run.get("method") is not None and run.get("seed") is not None:
+      seeds = found.setdefault(run["method"], [])
+      if int(run["seed"]) not in seeds:
+        seeds.append(int(run["seed"]))
+  waiting = {m: sorted(s for s in seeds if s not in histories.get(m, {}))
+             for m, seeds in found.items()}
+  return {m: seeds for m, seeds in waiting.items() if seeds}
+
+
 def image_folder(md: str) -> str:
   """Where `write_summary` puts the images of the Markdown file `md`: its
   path without the suffix (docs/results.md -> docs/results).
@@ -342,7 +359,9 @@ def write_summary(out: str, md: str | None = None) -> dict[str, Any]:
 
   A run is unfinished when it logged fewer updates than planned, as
   OUT/status.json records, else as its config.gin says (a run with neither
-  counts as finished).
+  counts as finished). A run with a folder in OUT or an entry in status.json
+  but no metrics yet (failed early, still in its first update) is unfinished
+  too, and named (`_without_metrics`).
 
   Raises:
     FileNotFoundError: when no run of OUT has a metrics.jsonl yet.
@@ -359,14 +378,15 @@ def write_summary(out: str, md: str | None = None) -> dict[str, Any]:
   status = runner.read_status(os.path.join(out, runner.STATUS))
   runs = _recorded(status)
   recorded, planned = _planned(runs), {}
-  for m, by_seed in histories.items():
-    for s in by_seed:
+  waiting = _without_metrics(out, runs, histories)
+  for m, seeds in [*histories.items(), *waiting.items()]:
+    for s in seeds:
       try:
         planned.setdefault(m, {})[s] = _planned_updates(
             os.path.join(out, m, f"seed{s}"), recorded, m, s)
       except (FileNotFoundError, ValueError):
         pass  # unknown: `results.summarize` counts the run as finished
-  summary = results.summarize(histories, planned=planned)
+  summary = results.summarize(histories, planned=planned, no_metrics=waiting)
   if status:
     summary["commands"] = status.get("commands", [])
     # The runs with numbers, in the tables' order.

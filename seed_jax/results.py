@@ -16,8 +16,13 @@ Conventions, stated again in the Markdown they produce:
     f of a method's updates N (its runs' planned updates when known, else
     their largest update), the success at the last update evaluated by every
     seed at or before f * N;
-  * a run known to be unfinished (fewer updates logged than planned) is left
-    out of both, and named; its points still go into the curves.
+  * a run known to be unfinished (fewer updates logged than planned, or none
+    logged yet) is left out of both, of the diagnostics and of the curves
+    (which show a method's unfinished runs only while it has no finished
+    one, and say so in the legend), and named; so is a finished run never
+    evaluated, left out of that split's tables;
+  * runs evaluated on different numbers of tasks are pooled as they are,
+    and the Markdown names the counts.
 """
 
 from __future__ import annotations
@@ -176,14 +181,15 @@ def _curve(runs, split):
 
 
 def _sample_efficiency(runs, split, num_updates, fractions):
+  """Table 6's rows over `runs`, each evaluated on `split` at least once."""
   per_seed = {s: evaluations(r, split) for s, r in runs.items()}
   steps = {s: cumulative_env_steps(r) for s, r in runs.items()}
   common = sorted(set.intersection(*(set(ev) for ev in per_seed.values()))
                   if per_seed else ())
   out = []
   for f in fractions:
-    target = f * num_updates
-    at = [u for u in common if u <= target + 1e-9]
+    target = None if num_updates is None else f * num_updates
+    at = [u for u in common if target is not None and u <= target + 1e-9]
     if not at:
       out.append(dict(fraction=f, target=target, update=None, mean=None,
                       std=None, n=0, env_steps=None))
@@ -196,72 +202,107 @@ def _sample_efficiency(runs, split, num_updates, fractions):
   return out
 
 
+def _task_counts(records, split):
+  """The numbers of tasks (`eval/<split>/tasks`) a run's evaluations of
+  `split` record, sorted (none in files written before they were)."""
+  return sorted({int(r[f"eval/{split}/tasks"]) for r in records
+                 if r.get(f"eval/{split}/success") is not None
+                 and r.get(f"eval/{split}/tasks") is not None})
+
+
 def summarize(histories: Histories, *,
               fractions: Sequence[float] = FRACTIONS,
               diagnostics: Sequence[str] = DIAGNOSTICS,
-              planned: Mapping[str, Mapping[int, int]] | None = None
+              planned: Mapping[str, Mapping[int, int]] | None = None,
+              no_metrics: Mapping[str, Sequence[int]] | None = None
               ) -> dict[str, Any]:
   """Final success, curves, sample efficiency and diagnostics per method.
 
   Args:
     histories: {method: {seed: metrics.jsonl records}}; methods keep their
-      order, runs without records are left out.
+      order, runs without records are left out (but see `no_metrics`).
     fractions: fractions of the updates for the sample-efficiency view.
     diagnostics: training scalars to average over each run's updates.
     planned: {method: {seed: the updates the run was started for}}, where
-      known: a run that logged fewer is unfinished and left out of "final"
-      and "sample_efficiency" (a method with only unfinished runs has none),
-      and a method's N is its largest planned number of updates.
+      known: a run that logged fewer is unfinished and left out of "final",
+      "sample_efficiency", "diagnostics" and "curves" (a method with only
+      unfinished runs has none, but its curves, over those runs), and a
+      method's N is its largest planned number of updates.
+    no_metrics: {method: [seeds]} of runs known to exist (a folder, a
+      status.json entry) that logged nothing yet: unfinished, listed in
+      "runs" and "unfinished" (their methods after those of `histories`).
 
   Returns:
     A JSON-serializable dict:
       "methods": [method, ...]
       "runs": {method: {seed: {"last_update", "last_eval_update",
-               "env_steps", "planned" (None: not known), "finished"}}}
-      "num_updates": {method: N, see `planned`}
+               "env_steps" (all three None: no metrics yet), "planned"
+               (None: not known), "finished"}}}
+      "num_updates": {method: N, see `planned` (None: not known)}
       "unfinished": ["method/seedS", ...], left out as above
+      "unevaluated": {"method/seedS": [splits]}: finished runs without an
+                     evaluation of those splits, so in none of their tables
+      "eval_tasks": {split: {"method/seedS": [numbers of tasks]}} of the
+                    runs in that split's tables (`_task_counts`)
       "final": {method: {split: {"all" | family: mean_std dict}}}
       "final_updates": {method: {split: [the seeds' last evaluated updates]}}
       "curves": {method: {split: [{"update", "env_steps", "mean", "std",
                 "n"}, ...]}}  (env_steps: cumulative, mean over seeds)
       "sample_efficiency": {method: {split: [{"fraction", "target",
                             "update", "mean", "std", "n", "env_steps"}]}}
-      "diagnostics": {method: {name: mean_std of the runs' averages over
-                      the updates that measured it (`_diagnostic`)}}
+      "diagnostics": {method: {name: mean_std of the finished runs' averages
+                      over the updates that measured it (`_diagnostic`)}}
   """
   out = {k: {} for k in ("runs", "num_updates", "final", "final_updates",
-                         "curves", "sample_efficiency", "diagnostics")}
+                         "curves", "sample_efficiency", "diagnostics",
+                         "unevaluated")}
   out["methods"], out["unfinished"] = [], []
-  for method, runs in histories.items():
-    runs = {int(s): list(r) for s, r in sorted(runs.items()) if r}
-    if not runs:
+  out["eval_tasks"] = {split: {} for split in SPLITS}
+  waiting = {m: sorted({int(s) for s in seeds})
+             for m, seeds in (no_metrics or {}).items()}
+  for method in [*histories, *(m for m in waiting if m not in histories)]:
+    runs = {int(s): list(r) for s, r in sorted(histories.get(
+        method, {}).items()) if r}
+    empty = [s for s in waiting.get(method, ()) if s not in runs]
+    if not runs and not empty:
       continue
     out["methods"].append(method)
     steps = {s: cumulative_env_steps(r) for s, r in runs.items()}
-    plan = {s: (planned or {}).get(method, {}).get(s) for s in runs}
+    plan = {s: (planned or {}).get(method, {}).get(s) for s in [*runs, *empty]}
     finished = {s: plan[s] is None or max(steps[s]) >= plan[s] for s in runs}
-    out["runs"][method] = {
-        str(s): dict(last_update=max(steps[s]),
-                     last_eval_update=max(evaluations(r, "seen"), default=None),
-                     env_steps=steps[s][max(steps[s])], planned=plan[s],
-                     finished=finished[s])
-        for s, r in runs.items()}
+    entries = {s: dict(last_update=max(steps[s]),
+                       last_eval_update=max(evaluations(r, "seen"),
+                                            default=None),
+                       env_steps=steps[s][max(steps[s])], planned=plan[s],
+                       finished=finished[s]) for s, r in runs.items()}
+    entries |= {s: dict(last_update=None, last_eval_update=None,
+                        env_steps=None, planned=plan[s], finished=False)
+                for s in empty}
+    out["runs"][method] = {str(s): entries[s] for s in sorted(entries)}
     done = {s: r for s, r in runs.items() if finished[s]}
-    out["unfinished"] += [f"{method}/seed{s}" for s in runs if s not in done]
-    n = max(plan[s] if plan[s] is not None else max(steps[s]) for s in runs)
+    out["unfinished"] += [f"{method}/seed{s}" for s in sorted(entries)
+                          if s not in done]
+    n = max([plan[s] if plan[s] is not None else max(steps[s]) for s in runs]
+            + [plan[s] for s in empty if plan[s] is not None], default=None)
     out["num_updates"][method] = n
     for key in ("final", "final_updates", "curves", "sample_efficiency"):
       out[key][method] = {}
     for split in SPLITS:
+      rated = {s: r for s, r in done.items() if evaluations(r, split)}
+      for s in sorted(done.keys() - rated.keys()):
+        out["unevaluated"].setdefault(f"{method}/seed{s}", []).append(split)
+      out["eval_tasks"][split].update(
+          {f"{method}/seed{s}": _task_counts(r, split)
+           for s, r in rated.items()})
       (out["final"][method][split],
-       out["final_updates"][method][split]) = _final(done, split)
-      out["curves"][method][split] = _curve(runs, split)
+       out["final_updates"][method][split]) = _final(rated, split)
+      out["curves"][method][split] = _curve(done or runs, split)
       out["sample_efficiency"][method][split] = _sample_efficiency(
-          done, split, n, fractions)
+          rated, split, n, fractions)
     diag = {}
     for name in diagnostics:
       per_run = [np.mean(vals) for vals in (
-          _diagnostic(r, name) for r in runs.values()) if vals]
+          _diagnostic(r, name) for r in done.values()) if vals]
       if per_run:
         diag[name] = mean_std(per_run)
     out["diagnostics"][method] = diag
@@ -355,6 +396,8 @@ def rescored(reports: Mapping[str, Mapping[int, Mapping[str, Mapping[
                  out)
       "unpaired": {method: [seeds both ran, left out of "paired" as their
                    final updates differ]}
+      "no_baseline": {method: [seeds with a final report the baseline has
+                      none of, so left out of "paired"]}
       "baseline": the baseline method or None
       "efficiency": {method: {split: [{"fraction", "updates" (the seeds'
                     updates scored, sorted), "mean", "std", "n", "values",
@@ -395,7 +438,8 @@ def rescored(reports: Mapping[str, Mapping[int, Mapping[str, Mapping[
     baseline = "grpo"
   out = dict(methods=list(reports), num_tasks=num_tasks, seed=seed,
              temperature=temperature, baseline=baseline, steps={},
-             success={}, paired={}, unpaired={}, efficiency={}, by_task={})
+             success={}, paired={}, unpaired={}, no_baseline={},
+             efficiency={}, by_task={})
 
   def task_diffs(pairs, split):  # (a, b) reports -> by_task where both have
     got = [(a["per_task"][split], b["per_task"][split]) for a, b in pairs
@@ -447,6 +491,9 @@ def rescored(reports: Mapping[str, Mapping[int, Mapping[str, Mapping[
             if finals[m][s]["step"] == finals[baseline][s]["step"]]
     if len(same) < len(both):
       out["unpaired"][m] = [s for s in both if s not in same]
+    alone = sorted(set(finals[m]) - set(finals[baseline]))
+    if alone:
+      out["no_baseline"][m] = alone
     out["paired"][m] = {split: mean_std(
         [finals[m][s]["metrics"][f"eval/{split}/success"] -
          finals[baseline][s]["metrics"][f"eval/{split}/success"]
@@ -491,6 +538,10 @@ def rescored_markdown(summary: Mapping[str, Any]) -> str:
     for m, seeds in summary.get("unpaired", {}).items():
       lines += [f"Left out of {m}'s differences, its final update not "
                 f"{base}'s: seed{'s' * (len(seeds) != 1)} "
+                f"{', '.join(map(str, seeds))}."]
+    for m, seeds in summary.get("no_baseline", {}).items():
+      lines += [f"Left out of {m}'s differences, no {base} run of the same "
+                f"seed: seed{'s' * (len(seeds) != 1)} "
                 f"{', '.join(map(str, seeds))}."]
   tasks = summary.get("by_task") or {}
   if tasks:
@@ -627,27 +678,45 @@ def markdown(summary: Mapping[str, Any], *, image_dir: str | None = None,
     title: the section's heading.
   """
   methods = summary["methods"]
-  # The runs the cells are over: the finished ones.
-  seeds = {m: sum(r.get("finished", True) for r in summary["runs"][m].values())
-           for m in methods}
-  head = [f"{m} ({seeds[m]} seed{'s' * (seeds[m] != 1)})" for m in methods]
   lines = [f"## {title}", "",
            "Success in percent, mean ± sample std over seeds (the value alone "
            "for one seed), at each run's last evaluated update.", ""]
-  late = [f"{m}/seed{s} (update {r['last_update']} of {r['planned']})"
+  late = [f"{m}/seed{s} (" + ("no metrics yet" if r["last_update"] is None
+                              else f"update {r['last_update']} of "
+                              f"{r['planned']}") + ")"
           for m in methods for s, r in summary["runs"][m].items()
           if not r.get("finished", True)]
   if late:
-    lines += ["Left out of the success and sample-efficiency tables, not "
-              f"finished: {', '.join(late)}.", ""]
+    lines += ["Left out of the success, sample-efficiency and diagnostics "
+              "tables, and of the curves of a method with a finished run, "
+              f"not finished: {', '.join(late)}.", ""]
+  bare = summary.get("unevaluated", {})
+  if bare:
+    lines += ["Finished but never evaluated, so left out of those tasks' "
+              "success and sample-efficiency tables: " + ", ".join(
+                  f"{k} ({' and '.join(v)} tasks)" for k, v in bare.items())
+              + ".", ""]
   for split in SPLITS:
     fams = list(dict.fromkeys(f for m in methods
                               for f in summary["final"][m][split]))
+    # The runs the cells are over: the finished, evaluated ones.
+    seeds = {m: summary["final"][m][split]["all"]["n"] for m in methods}
     lines += [f"**{split.capitalize()} tasks**", ""]
-    lines += table_lines(["family", *head],
-                    [[f, *(pct(summary["final"][m][split].get(f))
-                           for m in methods)] for f in fams])
+    lines += table_lines(
+        ["family", *(f"{m} ({seeds[m]} seed{'s' * (seeds[m] != 1)})"
+                     for m in methods)],
+        [[f, *(pct(summary["final"][m][split].get(f)) for m in methods)]
+         for f in fams])
     lines.append("")
+    counts = {}  # number of tasks -> runs evaluated on it
+    for run, got in summary.get("eval_tasks", {}).get(split, {}).items():
+      for k in got:
+        counts.setdefault(k, []).append(run)
+    if len(counts) > 1:
+      lines += [f"Evaluated on different numbers of {split} tasks, pooled as "
+                "they are here and in the sample-efficiency table: " +
+                "; ".join(f"{k} tasks: {', '.join(runs)}"
+                          for k, runs in sorted(counts.items())) + ".", ""]
   fr = [p["fraction"] for p in summary["sample_efficiency"][methods[0]][
       SPLITS[0]]] if methods else []
   lines += ["**Sample efficiency** (the paper's Table 6): overall success at "
@@ -675,9 +744,11 @@ def markdown(summary: Mapping[str, Any], *, image_dir: str | None = None,
             "(Stage 1's rollouts not included) of each seed.", ""]
   lines += table_lines(["method", "seed", "last update", "last eval",
                    "env steps"],
-                  [[m, s, str(r["last_update"]) + (
-                      f" of {r['planned']}" if r.get("planned") is not None
-                      else ""), str(r["last_eval_update"]),
+                  [[m, s, "no metrics yet", "-", "-"]
+                   if r["last_update"] is None else
+                   [m, s, str(r["last_update"]) + (
+                       f" of {r['planned']}" if r.get("planned") is not None
+                       else ""), str(r["last_eval_update"]),
                     f"{r['env_steps']:.0f}"]
                    for m in methods for s, r in summary["runs"][m].items()])
   lines.append("")
@@ -702,7 +773,9 @@ def plot_curves(summary: Mapping[str, Any], path: str, *,
                 x: str = "update") -> None:
   """Eval success against `x` ("update" or "env_steps"), seen and unseen.
 
-  One line per method (the mean over seeds) with a band of ± one std.
+  One line per method (the mean over seeds) with a band of ± one std, over
+  its finished runs, or while it has none over its unfinished ones (see
+  `summarize`); the legend gives the seeds' number and says which.
   Uses matplotlib's Agg canvas directly (no pyplot, no global backend); the
   PNG is written whole or not at all (`atomic.write_bytes`).
   """
@@ -717,8 +790,12 @@ def plot_curves(summary: Mapping[str, Any], path: str, *,
       xs = np.array([p[x] for p in pts], float)
       mean = np.array([p["mean"] for p in pts], float)
       std = np.array([p["std"] for p in pts], float)
+      n = max(p["n"] for p in pts)
+      done = any(r.get("finished", True) and r["last_update"] is not None
+                 for r in summary["runs"][m].values())
+      label = f"{m} ({n}{'' if done else ' unfinished'} seed{'s' * (n != 1)})"
       line, = ax.plot(xs, mean, marker="." if len(xs) < 40 else None,
-                      label=m)
+                      label=label)
       ax.fill_between(xs, mean - std, mean + std, alpha=0.2,
                       color=line.get_color(), linewidth=0)
     ax.set_title(f"{split} tasks")

@@ -706,6 +706,35 @@ def test_summarize_takes_planned_updates_from_config_gin(tmp_path):
     assert "not finished: grpo/seed1 (update 5 of 10)" in text
 
 
+def test_summarize_names_runs_without_metrics(tmp_path):
+  """A run that never wrote a metrics line (failed before its first update,
+  or still in it) is named as unfinished, whether OUT holds its folder or
+  status.json its entry."""
+  out = tmp_path / "exp"
+  workdir = out / "grpo" / "seed0"
+  workdir.mkdir(parents=True)
+  (workdir / "metrics.jsonl").write_text("".join(json.dumps(
+      {"update": u, "env_steps": 4.0, "eval/seen/success": 0.5,
+       "eval/unseen/success": 0.5}) + "\n" for u in range(11)))
+  (out / "grpo" / "seed1").mkdir()  # a folder, no metrics.jsonl
+  (out / runner.STATUS).write_text(json.dumps({"runs": {
+      f"grpo/seed{s}": dict(method="grpo", seed=s, num_updates=10,
+                            state=state, command="python -m ...")
+      for s, state in ((0, "done"), (2, "failed"))}}))
+  assert experiments.main(["summarize", "--out", str(out)]) == 0
+  summary = json.load(open(out / "summary.json"))
+  assert summary["unfinished"] == ["grpo/seed1", "grpo/seed2"]
+  assert list(summary["runs"]["grpo"]) == ["0", "1", "2"]
+  assert summary["runs"]["grpo"]["2"]["planned"] == 10
+  assert summary["final"]["grpo"]["seen"]["all"]["values"] == [0.5]
+  text = open(out / "summary.md").read()
+  assert ("not finished: grpo/seed1 (no metrics yet), grpo/seed2 (no "
+          "metrics yet).") in text
+  assert "| family | grpo (1 seed) |" in text
+  for s in (1, 2):
+    assert f"| grpo | {s} | no metrics yet | - | - |" in text
+
+
 def test_bad_inputs(tmp_path, capsys):
   with pytest.raises(SystemExit, match="no status.json"):
     experiments.main(["status", "--out", str(tmp_path)])

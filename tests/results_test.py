@@ -193,10 +193,11 @@ def test_unfinished_runs_are_left_out_and_named():
   rows = s["sample_efficiency"]["grpo"]["seen"]
   assert [r["update"] for r in rows] == [0, 3, 6, 6, 10]
   assert rows[-1]["mean"] == 0.75 and rows[-1]["n"] == 2
-  # The curves still show the unfinished run's points.
-  assert s["curves"]["grpo"]["seen"][1]["n"] == 3
+  # The curves, like the tables, are over the finished runs.
+  assert s["curves"]["grpo"]["seen"][1]["n"] == 2
   md = results.markdown(s)
-  assert ("Left out of the success and sample-efficiency tables, not "
+  assert ("Left out of the success, sample-efficiency and diagnostics "
+          "tables, and of the curves of a method with a finished run, not "
           "finished: grpo/seed1 (update 4 of 10).") in md
   assert "| grpo | 1 | 4 of 10 | 4 | 16 |" in md
   # Unknown plans: every run counts, as before.
@@ -224,6 +225,130 @@ def test_the_header_counts_the_seeds_the_cells_are_over():
   assert "| all | 75.0 ± 35.4 | - |" in md
   # Every run in the runs table still.
   assert "| grpo | 1 | 4 of 10 | 4 | 16 |" in md
+
+
+def test_runs_without_metrics_are_named_as_unfinished():
+  """A run known to exist that logged nothing yet (failed early, still in
+  its first update) is listed, not dropped without a word."""
+  histories = {"grpo": {0: _history(lambda u: u / 10, env_steps=4)}}
+  s = results.summarize(histories, planned={"grpo": {0: 10, 2: 10}},
+                        no_metrics={"grpo": [2, 0], "seed": [0]})
+  assert s["methods"] == ["grpo", "seed"]
+  assert s["unfinished"] == ["grpo/seed2", "seed/seed0"]
+  assert list(s["runs"]["grpo"]) == ["0", "2"]
+  assert s["runs"]["grpo"]["2"] == dict(
+      last_update=None, last_eval_update=None, env_steps=None, planned=10,
+      finished=False)
+  assert s["final"]["grpo"]["seen"]["all"]["n"] == 1
+  assert s["final"]["seed"]["seen"]["all"]["n"] == 0
+  assert s["num_updates"] == {"grpo": 10, "seed": None}
+  assert [r["update"] for r in s["sample_efficiency"]["seed"]["seen"]] == [
+      None] * 5
+  md = results.markdown(s)
+  assert ("not finished: grpo/seed2 (no metrics yet), seed/seed0 (no "
+          "metrics yet).") in md
+  assert "| family | grpo (1 seed) | seed (0 seeds) |" in md
+  assert "| grpo | 2 | no metrics yet | - | - |" in md
+  assert "| seed | 0 | no metrics yet | - | - |" in md
+
+
+def test_diagnostics_leave_unfinished_runs_out():
+  """As the success tables do: an unfinished run's first few updates are
+  not averaged in."""
+  histories = {"grpo": {0: _history(lambda u: u / 10, env_steps=4),
+                        1: _history(lambda u: u / 10, env_steps=4,
+                                    updates=2)}}
+  s = results.summarize(histories, planned={"grpo": {0: 10, 1: 10}})
+  # Seed 0: mean of u / 20 over updates 1..10 = 55 / 200.
+  assert s["diagnostics"]["grpo"]["success_rate"]["values"] == [
+      pytest.approx(55 / 200)]
+  assert "| success_rate | 0.275 |" in results.markdown(s)
+  # Unknown plans: both runs count.
+  assert results.summarize(histories)["diagnostics"]["grpo"][
+      "success_rate"]["n"] == 2
+
+
+def test_a_finished_run_never_evaluated_is_named_not_counted():
+  """The header counts the runs the cells are over, and Table 6 reads the
+  updates every evaluated run evaluated."""
+  histories = {"grpo": {0: _history(lambda u: u / 10, env_steps=4),
+                        1: _history(lambda u: u / 20, env_steps=4),
+                        2: _history(lambda u: 0.9, env_steps=4,
+                                    every=100, updates=10)}}
+  for r in histories["grpo"][2]:  # eval_every=0: no evaluation at all
+    for k in [k for k in r if k.startswith("eval/")]:
+      del r[k]
+  s = results.summarize(histories, planned={"grpo": {0: 10, 1: 10, 2: 10}})
+  assert s["unfinished"] == []
+  assert s["final"]["grpo"]["seen"]["all"]["values"] == [1.0, 0.5]
+  rows = s["sample_efficiency"]["grpo"]["seen"]
+  assert [r["update"] for r in rows] == [0, 3, 6, 6, 10]
+  assert rows[-1]["n"] == 2
+  md = results.markdown(s)
+  assert "| family | grpo (2 seeds) |" in md
+  assert s["unevaluated"] == {"grpo/seed2": ["seen", "unseen"]}
+  assert ("Finished but never evaluated, so left out of those tasks' "
+          "success and sample-efficiency tables: grpo/seed2 (seen and "
+          "unseen tasks).") in md
+  assert "| seen | grpo | 0.0 ± 0.0 [0] |" in md
+
+
+def test_evaluations_on_different_task_counts_are_named():
+  """Pooled as they are (old runs must still read), but said."""
+  def tasks(history, n):
+    for r in history:
+      for split in results.SPLITS:
+        if f"eval/{split}/success" in r:
+          r[f"eval/{split}/tasks"] = float(n)
+    return history
+
+  histories = {"grpo": {0: tasks(_history(lambda u: 0.5, env_steps=4), 32),
+                        1: tasks(_history(lambda u: 0.25, env_steps=4), 256)},
+               "seed": {0: tasks(_history(lambda u: 0.5, env_steps=4), 32)}}
+  s = results.summarize(histories)
+  assert s["final"]["grpo"]["seen"]["all"]["values"] == [0.5, 0.25]
+  md = results.markdown(s)
+  for split in results.SPLITS:
+    assert (f"Evaluated on different numbers of {split} tasks, pooled as "
+            "they are here and in the sample-efficiency table: 32 tasks: "
+            "grpo/seed0, seed/seed0; 256 tasks: grpo/seed1.") in md
+  assert s["eval_tasks"]["seen"] == {"grpo/seed0": [32], "grpo/seed1": [256],
+                                     "seed/seed0": [32]}
+  # The same count everywhere, or none recorded (older files): no note.
+  histories["grpo"][1] = tasks(histories["grpo"][1], 32)
+  assert "different numbers" not in results.markdown(
+      results.summarize(histories))
+  assert "different numbers" not in results.markdown(
+      results.summarize(HISTORIES))
+
+
+def test_curves_are_over_the_finished_runs(tmp_path, monkeypatch):
+  """So a curve's mean is over the same seeds from start to end; a method
+  with no finished run yet shows its unfinished ones, and the legend says
+  so."""
+  histories = {"grpo": {0: _history(lambda u: 0.1, env_steps=4),
+                        1: _history(lambda u: 0.1, env_steps=4),
+                        2: _history(lambda u: 0.9, env_steps=4, updates=5)},
+               "seed": {0: _history(lambda u: 0.5, env_steps=4, updates=5)}}
+  s = results.summarize(histories, planned={"grpo": {0: 10, 1: 10, 2: 10},
+                                            "seed": {0: 10}})
+  curve = s["curves"]["grpo"]["seen"]
+  assert [(p["update"], p["n"]) for p in curve] == [
+      (0, 2), (3, 2), (6, 2), (9, 2), (10, 2)]
+  assert [p["mean"] for p in curve] == pytest.approx([0.1] * 5)
+  assert [p["n"] for p in s["curves"]["seed"]["seen"]] == [1, 1, 1]
+  from matplotlib import figure  # pylint: disable=g-import-not-at-top
+  legends = []
+  save = figure.Figure.savefig
+
+  def keep_legend(self, *args, **kwargs):
+    legends.append([t.get_text() for t in self.axes[-1].get_legend()
+                    .get_texts()])
+    return save(self, *args, **kwargs)
+
+  monkeypatch.setattr(figure.Figure, "savefig", keep_legend)
+  results.plot_curves(s, str(tmp_path / "curve.png"))
+  assert legends == [["grpo (2 seeds)", "seed (1 unfinished seed)"]]
 
 
 def test_tables_and_markdown(summary):
@@ -424,6 +549,29 @@ def test_rescored_pairs_seeds_against_grpo():
   reports["seed"][2]["final"] = _report(10, 1.0, 1.0, num_tasks=8)
   with pytest.raises(ValueError, match="different .num_tasks, seed, temp"):
     results.rescored(reports)
+
+
+def test_rescored_names_seeds_without_a_baseline_run():
+  """The paired differences cover fewer seeds than the "seeds" column when
+  the baseline lacks one: the table says which, and why."""
+  reports = {
+      "grpo": {s: {"start": _report(0, 0.25, 0.25),
+                   "final": _report(10, 0.5, 0.25)} for s in (0, 1)},
+      "seed": {s: {"start": _report(0, 0.25, 0.25),
+                   "final": _report(10, 0.75, 0.5)} for s in (0, 1, 2, 3)},
+  }
+  out = results.rescored(reports)
+  assert out["paired"]["seed"]["seen"]["n"] == 2
+  text = results.rescored_markdown(out)
+  assert "| seed | 4 |" in text
+  assert ("Left out of seed's differences, no grpo run of the same seed: "
+          "seeds 2, 3.") in text
+  assert out["no_baseline"] == {"seed": [2, 3]} and out["unpaired"] == {}
+  # Every seed paired: no such line.
+  del reports["seed"][2], reports["seed"][3]
+  out = results.rescored(reports)
+  assert out["no_baseline"] == {}
+  assert "Left out" not in results.rescored_markdown(out)
 
 
 @pytest.mark.parametrize("key,a,b", [("env_name", "household", "sokoban"),
