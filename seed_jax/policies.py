@@ -308,12 +308,15 @@ def run_stage1(policy: Policy, cfg: Stage1Config, workdir: epath.Path, *,
   each process does when there are several.
 
   Raises:
-    stage1.CollectionInterrupted: the teacher went down; the batches
-      annotated before are kept.
+    stage1.CollectionInterrupted: the teacher went down, or refused a
+      whole batch; the batches annotated before are kept.
     ValueError: before any rollout, for annotator="rule" on a game without
       rules (see `annotators.ENVS`), a teacher missing or bound unlike
-      `cfg`, or a `cfg.batch_size` that does not split over `mesh`'s
-      data x fsdp devices.
+      `cfg`, a `cfg.batch_size` that does not split over `mesh`'s
+      data x fsdp devices, or a `workdir/stage1_records` kept with other
+      settings (the teacher's model, max_tokens and temperature among
+      them); after the collection, when no record parsed (naming its
+      counts).
   """
   _check_stage1_env(cfg, env_name)
   if mesh is not None:
@@ -347,6 +350,11 @@ def run_stage1(policy: Policy, cfg: Stage1Config, workdir: epath.Path, *,
   if max_tokens > max(room):
     raise ValueError(f"Stage1Config.max_prompt_tokens={max_tokens} exceeds "
                      f"the largest bucket SFT can train on ({max(room)})")
+  journal = workdir / "stage1_records"
+  # What a rerun's teacher must share with the one that annotated the kept
+  # batches; not its endpoint, which may move after an outage.
+  asks = {f"teacher_{name}": None if cfg.annotator == "rule" else getattr(
+      teacher, name, None) for name in ("model", "max_tokens", "temperature")}
   records, stats = stage1_lib.collect_records(
       gen, env_name, num_tasks=cfg.num_tasks, group_size=cfg.group_size,
       max_steps=cfg.max_steps, annotator=annotator,
@@ -354,11 +362,13 @@ def run_stage1(policy: Policy, cfg: Stage1Config, workdir: epath.Path, *,
       mode=cfg.analysis_mode, max_critical_steps=cfg.max_critical_steps,
       max_prompt_chars=cfg.max_prompt_chars, encode=rl_policy.encode,
       max_prompt_tokens=max_tokens, tasks_per_batch=cfg.tasks_per_batch,
-      journal=workdir / "stage1_records",
-      journal_meta=dict(
-          annotator=cfg.annotator, max_new_tokens=max_new_tokens,
-          teacher_model=None if cfg.annotator == "rule" else getattr(
-              teacher, "model", None)))
+      journal=journal, journal_meta=dict(
+          asks, annotator=cfg.annotator, max_new_tokens=max_new_tokens))
+  if not records:
+    raise ValueError(
+        f"Stage 1 collected no parseable records ({stats}); its annotated "
+        f"batches are kept in {journal}: fix the annotator, then move that "
+        "folder away to collect afresh")
   train, val = _stage1_dataset(records, workdir / "stage1_data", seed=seed)
   print(f"stage 1: {len(train)} train / {len(val)} validation records "
         f"({stats}) in {time.time() - t0:.0f}s", flush=True)

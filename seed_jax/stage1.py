@@ -82,8 +82,9 @@ class _Journal:
   `meta.json` holds the settings that decide which episodes and prompts a
   batch has; `batch-<first task index>.json` holds one batch's records and
   counts. Each file is written whole (a temporary file, then a rename), by
-  the writing process only. A collection with other settings is refused;
-  the starting weights and the teacher's endpoint are not part of them.
+  the writing process only. A collection with other settings is refused
+  once a batch is kept (before, its settings replace the old ones); the
+  starting weights and the teacher's endpoint are not part of them.
   """
 
   def __init__(self, folder: epath.PathLike, meta: Mapping[str, Any],
@@ -97,7 +98,10 @@ class _Journal:
       old = self._read(path, "move the folder away to collect afresh")
       diff = [f"{k}: {old.get(k)!r} there, {meta.get(k)!r} now"
               for k in sorted(set(old) | set(meta)) if old.get(k) != meta.get(k)]
-      if diff:
+      if diff and not batches:  # nothing kept to mix with
+        if writer:
+          self._write(path, meta)
+      elif diff:
         raise ValueError(
             f"{os.fspath(self.folder)} holds Stage-1 records collected with "
             f"other settings ({'; '.join(diff)}); use the same settings, or "
@@ -162,6 +166,20 @@ def _annotate(annotator, episodes: Sequence[Episode],
       raise e.with_partial(replies + [None] * rest,
                            [True] * len(replies) + [False] * rest) from e
   return replies
+
+
+def _refused(annotator, replies: Sequence[Reply]
+             ) -> teacher_lib.TeacherUnavailableError:
+  """The outage of a teacher that refused every request of a batch (e.g. a
+  max_tokens beyond its context): kept as a batch of no records, it would
+  never be asked again."""
+  said = next((r.detail for r in replies
+               if isinstance(r, skills.ParseError) and r.detail), "")
+  return teacher_lib.TeacherUnavailableError(
+      getattr(annotator, "url", type(annotator).__name__), 1,
+      f"it refused all {len(replies)} request(s) of a batch"
+      + (f" ({said})" if said else "") + "; check the teacher's model, "
+      "max_tokens and context length against the prompts")
 
 
 def _annotate_once(annotator, episodes: Sequence[Episode],
@@ -236,9 +254,10 @@ def collect_records(
     env_name, num_tasks, group_size, max_steps: the environment, the task
       groups (train-split seeds), N episodes per task, the turn limit.
     annotator: `annotator(episode) -> dict | str | None` (e.g.
-      `annotators.annotate`, `OpenAITeacher.annotate`), or an object with
-      `annotate_many(episodes, prompts) -> list` (e.g. an `OpenAITeacher`),
-      sent the prompts the records will hold.
+      `annotators.annotate`), or an object with `annotate_many(episodes,
+      prompts) -> list` (e.g. an `OpenAITeacher`), sent the prompts the
+      records will hold; a teacher's `annotate` goes through its
+      `annotate_many` (its own prompts would not be the records').
     rng: PRNG key of the rollouts.
     history_length: k (observation, action) pairs in rollout prompts.
     mode, max_critical_steps, max_prompt_chars: of the analysis prompt (as
@@ -269,8 +288,10 @@ def collect_records(
 
   Raises:
     CollectionInterrupted: when the teacher is unavailable after its
-      retries; `.records` holds what was kept so far, for the caller to write
-      (and `journal`, if given, holds its batches).
+      retries, or refused every request of a batch (which is not kept);
+      `.records` holds what was kept so far, for the caller to write (and
+      `journal`, if given, holds its batches), `.stats` the counts so far
+      (`unanswered`: the interrupted batch's episodes never answered).
     ValueError: on an unknown mode or non-positive sizes, or a `journal`
       kept with other settings.
   """
@@ -279,6 +300,10 @@ def collect_records(
   if num_tasks < 1 or group_size < 1 or (tasks_per_batch is not None
                                          and tasks_per_batch < 1):
     raise ValueError("num_tasks, group_size and tasks_per_batch must be >= 1")
+  owner = getattr(annotator, "__self__", None)
+  if (getattr(annotator, "__name__", "") == "annotate"
+      and hasattr(owner, "annotate_many")):
+    annotator = owner  # e.g. `teacher.annotate`
   k = max_critical_steps if mode == "episode_step" else 0
   per_batch = tasks_per_batch or num_tasks
   seeds = envs_base.split_seeds("train", num_tasks, start=task_offset)
@@ -339,6 +364,8 @@ def collect_records(
       error = e
       replies = list(e.partial or [None] * len(eps))
       answered = list(e.completed or [r is not None for r in replies])
+    if not all(answered):
+      counts["unanswered"] = answered.count(False)
     out, parsed = [], skills.ParseStats()
     for ep, built, reply, ok in zip(eps, prompts, replies, answered):
       if not ok:  # never answered: neither kept nor counted as unparsed
@@ -353,6 +380,8 @@ def collect_records(
                       seed=int(ep.seed)))
     counts.update({n: v for n, v in parsed.as_dict().items()
                    if n != "parse_rate"})
+    if error is None and eps and parsed.reasons.get("rejected") == len(eps):
+      error = _refused(annotator, replies)
     return out, counts, error
 
   def stats() -> dict[str, Any]:
@@ -375,7 +404,8 @@ def collect_records(
     add(counts)
     if error is not None:
       raise CollectionInterrupted(
-          error, list(records), dict(stats(), partial_records=len(out)),
+          error, list(records), dict(stats(), partial_records=len(out),
+                                     unanswered=counts["unanswered"]),
           start, out, journal=journal) from error
     if kept is not None:
       kept.save(start, out, counts)

@@ -169,7 +169,13 @@ def _error_body(e: urllib.error.HTTPError) -> str:
   return message if message is not None else _clean(text)
 
 
-def _content(body: bytes) -> str:
+class Completion(str):
+  """A reply's text; `truncated`: the endpoint cut it at `max_tokens`
+  (finish_reason "length")."""
+  truncated = False
+
+
+def _content(body: bytes) -> Completion:
   """The first choice's message text of a chat-completions response.
 
   Raises:
@@ -181,10 +187,13 @@ def _content(body: bytes) -> str:
     message = _error_message(data)
     if message is not None:
       raise _Retryable(f"HTTP 200 with an error body: {message}", 200)
-  content = data["choices"][0]["message"].get("content")
+  choice = data["choices"][0]
+  content = choice["message"].get("content")
   if isinstance(content, list):  # content parts
     content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-  return content if isinstance(content, str) else ""
+  text = Completion(content if isinstance(content, str) else "")
+  text.truncated = choice.get("finish_reason") == "length"
+  return text
 
 
 def _retry_after(headers: Any) -> float | None:
@@ -293,12 +302,13 @@ class OpenAITeacher:
     self.requests = 0  # HTTP requests sent, retries included
     self.steps_cut = 0  # steps cut from analysis prompts by the budget
     self.rejected = 0  # prompts the endpoint refused (no reply)
+    self.last_rejection = ""  # what the endpoint said when it last refused
     self._lock = threading.Lock()
 
   def __repr__(self) -> str:  # never shows the key
     return f"OpenAITeacher(url={self.url!r}, model={self.model!r})"
 
-  def _post(self, prompt: str) -> str:
+  def _post(self, prompt: str) -> Completion:
     payload = {"model": self.model, "temperature": self.temperature,
                "max_tokens": self.max_tokens,
                "messages": [{"role": "user", "content": prompt}]}
@@ -335,14 +345,15 @@ class OpenAITeacher:
     except (ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
       raise _Retryable(f"malformed response body ({type(e).__name__})") from e
 
-  def complete(self, prompt: str) -> str:
+  def complete(self, prompt: str) -> Completion:
     """Sends one user message; returns the reply text ("" when none).
 
     Args:
       prompt: the user message.
 
     Returns:
-      The first choice's message content.
+      The first choice's message content, a str whose `.truncated` says
+      that the endpoint cut it at `max_tokens`.
 
     Raises:
       TeacherUnavailableError: after `max_retries` retries of retryable
@@ -377,6 +388,7 @@ class OpenAITeacher:
       logging.warning("%s", e)
       with self._lock:
         self.rejected += 1
+        self.last_rejection = e.reason
       return None
 
   def complete_many(self, prompts: Sequence[str]) -> list[str | None]:
@@ -431,10 +443,12 @@ class OpenAITeacher:
   def _parse(self, reply: str | None, episode: Episode
              ) -> dict[str, Any] | skills.ParseError:
     if reply is None:  # rejected by the endpoint
-      return self.stats.record(skills.ParseError("rejected"))
+      return self.stats.record(skills.ParseError("rejected",
+                                                 self.last_rejection))
     k = self.max_critical_steps if self.mode == "episode_step" else 0
     result = self.stats.record(skills.parse_analysis(
-        reply, num_steps=episode.length, max_step_skills=k))
+        reply, num_steps=episode.length, max_step_skills=k,
+        truncated=getattr(reply, "truncated", False)))
     return result.to_dict() if isinstance(result, skills.Analysis) else result
 
   def annotate(self, episode: Episode
@@ -447,9 +461,10 @@ class OpenAITeacher:
     Returns:
       {"episode_summary": str, "episode_skill": str} (plus "step_skills"
       {"<step number>": str} in "episode_step" mode when any), or the
-      `skills.ParseError` saying why not when the reply does not parse or
-      the endpoint rejects the request (reason "rejected"); both are
-      counted in `stats`.
+      `skills.ParseError` saying why not when the reply does not parse
+      ("truncated" when cut at `max_tokens`) or the endpoint rejects the
+      request ("rejected", with what the endpoint said); both are counted
+      in `stats`.
 
     Raises:
       TeacherUnavailableError: when the endpoint is down (see `complete`).

@@ -338,6 +338,136 @@ def test_an_unwritten_validation_split_reads_empty(tmp_path):
   assert len(stage1.read_dataset(tmp_path, "train")) == 1
 
 
+def _refusing_teacher(max_tokens):
+  """An OpenAITeacher that refuses every request, as an endpoint does a
+  max_tokens beyond its context; `.asked` counts the requests."""
+  teacher = OpenAITeacher("http://127.0.0.1:1/v1", "m", max_tokens=max_tokens,
+                          max_concurrency=1)
+  teacher.asked = []
+
+  def complete(prompt):
+    teacher.asked.append(prompt)
+    raise teacher_lib.TeacherRejectedError(
+        teacher.url, "HTTP 400 Bad Request: max_tokens is too large", 400)
+
+  teacher.complete = complete
+  return teacher
+
+
+def test_a_batch_the_teacher_refuses_whole_is_an_outage_and_not_kept(
+    tmp_path):
+  """Kept as a batch of no records, a refused batch was read back by every
+  rerun, the fixed teacher never asked, and Stage 1 found no record."""
+  pool_factory, generate = testing.scripted_rollouts()
+  journal = tmp_path / "records"
+  kw = dict(num_tasks=3, group_size=2, max_steps=6, rng=jax.random.key(0),
+            pool_factory=pool_factory, tasks_per_batch=1, journal=journal)
+  bad = _refusing_teacher(100_000)
+  with pytest.raises(stage1.CollectionInterrupted) as info:
+    stage1.collect_records(generate, "household", annotator=bad,
+                           journal_meta=dict(teacher_max_tokens=100_000), **kw)
+  err = info.value
+  assert ("refused all 2 request(s) of a batch (HTTP 400 Bad Request: "
+          "max_tokens is too large)") in str(err)
+  assert str(err).startswith(f"teacher endpoint {bad.url} unavailable")
+  assert err.tasks_done == 0 and err.records == [] and len(bad.asked) == 2
+  assert err.stats["failed/rejected"] == 2 and err.stats["unanswered"] == 0
+  assert not list(journal.glob("batch-*.json"))  # the batch was not kept
+  # The teacher fixed (another max_tokens): asked for every batch.
+  good = OpenAITeacher("http://127.0.0.1:1/v1", "m", max_concurrency=1)
+  asked = []
+
+  def complete(prompt):
+    asked.append(prompt)
+    return json.dumps({"episode_summary": "s", "episode_skill": "Look first."})
+
+  good.complete = complete
+  records, stats = stage1.collect_records(
+      generate, "household", annotator=good,
+      journal_meta=dict(teacher_max_tokens=512), **kw)
+  assert len(asked) == len(records) == stats["parsed"] == 6
+  assert "failed/rejected" not in stats
+  # No batch was kept: the new settings replaced the old ones.
+  meta = json.loads((journal / "meta.json").read_text())
+  assert meta["teacher_max_tokens"] == 512
+
+
+def test_a_teachers_annotate_is_sent_the_records_prompts():
+  """`teacher.annotate` as the annotator built its own prompts, without the
+  token budget's cut: the teacher analyzed what the records do not hold."""
+  teacher = OpenAITeacher("http://127.0.0.1:1/v1", "m", max_concurrency=1)
+  sent = []
+
+  def complete(prompt):
+    sent.append(prompt)
+    return json.dumps({"episode_summary": "s", "episode_skill": "Look first."})
+
+  teacher.complete = complete
+  pool_factory, generate = testing.scripted_rollouts()
+  records, stats = stage1.collect_records(
+      generate, "household", num_tasks=2, group_size=1, max_steps=8,
+      annotator=teacher.annotate, rng=jax.random.key(0),
+      pool_factory=pool_factory, encode=lambda s: list(s.encode()),
+      max_prompt_tokens=1500)
+  assert stats["steps_cut"] > 0 and len(records) == 2
+  assert sorted(sent) == sorted(r["prompt"] for r in records)
+
+
+def test_an_interrupted_collections_counts_add_up():
+  """The stats of an interrupted collection count the interrupted batch's
+  episodes never answered, so that every episode is counted once."""
+  calls = []
+
+  def annotator(ep):  # the fifth reply does not parse; the sixth never comes
+    calls.append(1)
+    if len(calls) > 5:
+      raise TeacherUnavailableError("http://t/v1/chat/completions", 1, "down")
+    return "not json" if len(calls) == 5 else annotators.annotate(ep)
+
+  pool_factory, generate = testing.scripted_rollouts()
+  with pytest.raises(stage1.CollectionInterrupted) as info:
+    stage1.collect_records(
+        generate, "household", num_tasks=4, group_size=2, max_steps=6,
+        annotator=annotator, rng=jax.random.key(1), tasks_per_batch=2,
+        pool_factory=pool_factory)
+  stats = info.value.stats
+  assert (stats["episodes"], stats["parsed"], stats["failed"],
+          stats["unanswered"]) == (8, 4, 1, 3)
+  assert stats["episodes"] == sum(stats[n] for n in (
+      "env_errors", "prompt_too_long", "parsed", "failed", "unanswered"))
+
+
+def test_stage1_without_records_names_its_counts_and_a_new_teacher_is_refused(
+    tmp_path, monkeypatch):
+  """Stage 1's "no parseable records" names the collection's counts and the
+  journal; a teacher with another max_tokens is not matched to the batches
+  the first one annotated."""
+  pool_factory, generate = testing.scripted_rollouts()
+  collect = stage1.collect_records
+  monkeypatch.setattr(stage1, "collect_records", lambda gen, *a, **kw: collect(
+      generate, *a, pool_factory=pool_factory, **kw))  # scripted rollouts
+  cfg = policies.Stage1Config(annotator="teacher", num_tasks=2, group_size=2,
+                              max_steps=2, history_length=1,
+                              tasks_per_batch=1, buckets=(256, 512, 1024))
+
+  def teacher(max_tokens):
+    out = OpenAITeacher("http://127.0.0.1:1/v1", "m", max_tokens=max_tokens)
+    out.complete = lambda prompt: "not json"
+    return out
+
+  start = testing.tiny_policy()
+  journal = tmp_path / "stage1_records"
+  with pytest.raises(ValueError, match=re.escape(
+      "'failed/no_json': 4}); its annotated batches are kept in "
+      f"{journal}: fix the annotator")):
+    policies.run_stage1(start, cfg, tmp_path, env_name="household",
+                        max_new_tokens=8, teacher=teacher(512))
+  with pytest.raises(ValueError, match="other settings .*teacher_max_tokens: "
+                     "512 there, 1024 now"):
+    policies.run_stage1(start, cfg, tmp_path, env_name="household",
+                        max_new_tokens=8, teacher=teacher(1024))
+
+
 def _closed_port():
   with contextlib.closing(socket.socket()) as s:
     s.bind(("127.0.0.1", 0))

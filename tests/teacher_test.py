@@ -30,6 +30,7 @@ class _Stub:
   "REJECT": answers 400 (a request the endpoint refuses).
   "MOVED": answers 301 to another host.
   "SAYS<nnn>": answers HTTP nnn with the body in `says` (every time).
+  "CUT": the reply is cut short, finish_reason "length" (at max_tokens).
   "SLOW": waits until two requests have been in flight at once (at most
     1 s), then 50 ms more (to observe concurrency on a loaded machine too).
   Otherwise: a fenced JSON analysis.
@@ -105,8 +106,11 @@ def _handler(stub):
         return 200, b"<html>oops</html>"
       content = ("I am not sure what happened." if "GARBAGE" in prompt
                  else "Sure:\n```json\n" + json.dumps(_GOOD) + "\n```")
+      finish = "stop"
+      if "CUT" in prompt:
+        content, finish = content[:30], "length"
       return 200, {"choices": [{"message": {
-          "role": "assistant", "content": content}}]}
+          "role": "assistant", "content": content}, "finish_reason": finish}]}
 
   return Handler
 
@@ -392,6 +396,19 @@ def test_annotate_parses_and_counts_failures(server):
   assert "Task: put a mug in sink\nepisode_success: success" in prompt
 
 
+def test_a_reply_cut_at_max_tokens_is_counted_truncated(server):
+  """A reply the endpoint cut at max_tokens (finish_reason "length") fails
+  as "truncated" (the budget is too small), not as a malformed reply."""
+  teacher = _teacher(server.base_url, max_tokens=8)
+  got = teacher.annotate_many([_episode("a")], ["CUT a"])
+  assert [_why(g) for g in got] == ["truncated"]
+  assert _why(teacher.annotate(_episode("CUT b"))) == "truncated"
+  assert teacher.stats.as_dict() == {"parsed": 0, "failed": 2,
+                                     "parse_rate": 0.0, "failed/truncated": 2}
+  assert teacher.complete("CUT").truncated
+  assert not teacher.complete("whole").truncated
+
+
 def test_annotate_many_keeps_order_and_limits_concurrency(server):
   teacher = _teacher(server.base_url, max_concurrency=2, max_prompt_chars=10)
   tasks = ["SLOW a", "SLOW GARBAGE b", "SLOW FAIL1 c", "SLOW d", "SLOW e",
@@ -411,6 +428,7 @@ def test_a_rejected_request_fails_only_its_episode(server):
   assert [_why(g) for g in got] == [_GOOD, "rejected", _GOOD]
   assert teacher.rejected == 1 and teacher.requests == 3  # not retried
   assert teacher.stats.as_dict()["failed/rejected"] == 1
+  assert "context length exceeded" in got[1].detail  # the server's word
   assert _why(teacher.annotate(_episode("REJECT d"))) == "rejected"
   assert teacher.rejected == 2 and teacher._sleep == []
   with pytest.raises(TeacherRejectedError, match="HTTP 400"):
