@@ -196,12 +196,16 @@ class Policy:
       PromptTooLongError: without `truncate_prompts`, a prompt longer than
         the largest bucket that leaves room for the response (nothing is
         sampled).
-      ValueError: no bucket leaves room for `max_new_tokens`.
+      ValueError: no bucket leaves room for `max_new_tokens`, or a
+        `max_new_tokens` below 1.
     """
+    new = self.max_new_tokens if max_new_tokens is None else max_new_tokens
+    if new < 1:
+      raise ValueError(f"max_new_tokens must be >= 1 (None: the policy's "
+                       f"{self.max_new_tokens}), got {max_new_tokens}")
     n = len(prompt_ids)
     if n == 0:
       return []
-    new = max_new_tokens or self.max_new_tokens
     buckets = (self.buckets if new == self.max_new_tokens
                else self.buckets_for(new))
     if not self.truncate_prompts:  # before any slice is sampled

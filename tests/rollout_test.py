@@ -206,6 +206,15 @@ def test_a_per_call_token_budget_picks_the_buckets_that_fit_it():
                         max_new_tokens=60)
 
 
+@pytest.mark.parametrize("budget", [0, -3])
+def test_a_token_budget_below_one_is_refused_not_replaced(budget):
+  policy, params = _tiny_sampler()
+  with pytest.raises(ValueError, match=rf"max_new_tokens must be >= 1 "
+                     rf"\(None: the policy's 6\), got {budget}"):
+    policy.generate_ids(params, [[5, 6, 7]], jax.random.key(1),
+                        sampler.Greedy(), max_new_tokens=budget)
+
+
 def test_a_prompt_past_the_largest_bucket_names_its_size_and_the_knobs(
     monkeypatch):
   sampled = []
