@@ -199,16 +199,10 @@ def run_shapes(rl: trainer_lib.RLConfig, context: int) -> dict[str, Any]:
 
 
 def _call_rows(prompts: int) -> int:
-  """Rows of the largest sampler call `rollout.Policy` makes for `prompts`
-  prompts: POLICY_MIN_ROWS times a power of two, at most POLICY_MAX_ROWS
-  per call (more prompts go in several calls)."""
-  per_call = POLICY_MIN_ROWS
-  while per_call * 2 <= POLICY_MAX_ROWS:
-    per_call *= 2
-  rows = POLICY_MIN_ROWS
-  while rows < min(prompts, per_call):
-    rows *= 2
-  return rows
+  """Rows of the largest sampler call the trainer's `rollout.Policy` makes
+  for `prompts` prompts (`rollout.call_rows`)."""
+  return rollout_lib.call_rows(prompts, min_rows=POLICY_MIN_ROWS,
+                               max_rows=POLICY_MAX_ROWS)
 
 
 def sampler_sizes(rl: trainer_lib.RLConfig, context: int, *, hosts: int = 1,

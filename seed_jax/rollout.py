@@ -87,6 +87,22 @@ def fitting_buckets(buckets: Sequence[int], context: int,
   return out
 
 
+def call_rows(n: int, *, min_rows: int = 1, max_rows: int | None = None
+              ) -> int:
+  """The rows of the largest sampler call `Policy` makes for n prompts:
+  `min_rows` times the smallest power of two that holds them, at most the
+  largest such number within `max_rows` (None: no cap; more prompts go in
+  several calls), and never below `min_rows`.
+
+  Example: call_rows(20, min_rows=8) -> 32; call_rows(300, min_rows=8,
+    max_rows=256) -> 256.
+  """
+  rows = max(min_rows, 1)
+  while rows < n and (max_rows is None or rows * 2 <= max_rows):
+    rows *= 2
+  return rows
+
+
 class Policy:
   """Host-side wrapper around the jitted sampler: strings in, responses out.
 
@@ -169,20 +185,15 @@ class Policy:
     return self.tokenizer.encode(prompt)
 
   def _rows(self, n: int) -> int:
-    rows = max(self.min_rows, 1)
-    while rows < n:
-      rows *= 2
-    return rows
+    return call_rows(n, min_rows=self.min_rows, max_rows=None)
 
   def rows_per_call(self) -> int | None:
     """The most prompts one sampler call takes (None: no cap): the largest
     `min_rows` times a power of two within `max_rows`, or `min_rows`."""
     if self.max_rows is None:
       return None
-    rows = max(self.min_rows, 1)
-    while rows * 2 <= self.max_rows:
-      rows *= 2
-    return rows
+    return call_rows(self.max_rows, min_rows=self.min_rows,
+                     max_rows=self.max_rows)
 
   def generate_ids(self, params, prompt_ids: Sequence[Sequence[int]],
                    rng: jax.Array, sampling: sampler_lib.Sampling,
