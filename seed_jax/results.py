@@ -43,10 +43,12 @@ FRACTIONS = (0.2, 0.4, 0.6, 0.8, 1.0)
 EPISODE = ("env_name", "max_steps", "history_length")
 # Training scalars averaged over each run's updates: SEED's signal health.
 DIAGNOSTICS = ("success_rate", "valid_action_ratio", "analyses_parsed",
-               "opd_gate_mean", "opd_active_ratio", "skill_logp_gap", "kl",
+               "opd_gate_mean", "opd_active_ratio", "skill_logp_gap",
+               "skill_logp_gap_success", "skill_logp_gap_failure", "kl",
                "entropy")
 # Diagnostics of the rows with a parsed analysis (see `_diagnostic`).
-SKILL_DIAGNOSTICS = ("skill_logp_gap",)
+SKILL_DIAGNOSTICS = ("skill_logp_gap", "skill_logp_gap_success",
+                     "skill_logp_gap_failure")
 
 Histories = Mapping[str, Mapping[int, Sequence[Mapping[str, Any]]]]
 

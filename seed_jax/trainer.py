@@ -609,8 +609,10 @@ class RLTrainer:
     """Advantages, skill prompts and the three log-probs of every sample:
     the training batch of `update` and its metrics (`ref_params`, the KL
     reference, is read only when `kl_coef` is set). The token means
-    `skill_logp_gap` (over analyzed rows) and `logp_agreement` are left out
-    of the metrics when they have no token to average."""
+    `skill_logp_gap` (over analyzed rows), its parts over the rows of won and
+    lost episodes (`skill_logp_gap_success`, `skill_logp_gap_failure`) and
+    `logp_agreement` are left out of the metrics when they have no token to
+    average."""
     self._check_reference(ref_params)
     rl, samples, episodes, found = self.rl, c.samples, c.episodes, c.skills
     returns = np.asarray([episodes[s.traj_uid].episode_return
@@ -678,11 +680,19 @@ class RLTrainer:
           weight=rl.opid_weight))
     batch.update(old_logp=old_logp, skill_logp=skill_logp, ref_logp=ref_logp)
     rmask = arrays["response_mask"].astype(bool)
-    gap = (skill_logp[:n] - old_logp[:n])[rmask & analyzed[:, None]]
+    shift = skill_logp[:n] - old_logp[:n]
+    scored = rmask & analyzed[:, None]
+    won = np.asarray([episodes[s.traj_uid].success for s in samples],
+                     bool)[:, None]
     diff = np.abs(old_logp[:n] - arrays["old_logp"])[rmask]
     # A mean over no token is left out, not 0: GRPO has no skill_logp_gap.
+    # On the tokens of one context the shift's mean is -KL <= 0 whatever the
+    # skill says; split by outcome, it shows whether hindsight skills raise
+    # the actions of successes and lower those of failures.
     means = {name: float(x.mean()) for name, x in
-             (("logp_agreement", diff), ("skill_logp_gap", gap)) if x.size}
+             (("logp_agreement", diff), ("skill_logp_gap", shift[scored]),
+              ("skill_logp_gap_success", shift[scored & won]),
+              ("skill_logp_gap_failure", shift[scored & ~won])) if x.size}
     return batch, {
         **step_metrics,
         "skill_prompts_too_long": float(too_long),

@@ -169,6 +169,33 @@ def test_distillation_and_opid_shaping_reach_analyzed_rows_only(policy):
 
 
 
+def test_skill_logp_gap_is_split_by_the_episode_outcome(policy):
+  trainer = _trainer(policy)
+  res = _played(trainer)
+  res.episodes[0].success = True  # trajectory 0 won, 1 lost, 2 not analyzed
+  analyses = {u: skills.Analysis("s", f"skill {u}", {}) for u in (0, 1)}
+  c = trainer_lib.Collected(res.samples, res.episodes, analyses, {})
+  batch, metrics = trainer.build_batch(
+      trainer.create_state(policy.params),
+      trainer.place_params(policy.params), c)
+  n = len(res.samples)
+  shift = (batch["skill_logp"] - batch["old_logp"])[:n]
+  rm = batch["response_mask"][:n].astype(bool)
+  uid = np.asarray([s.traj_uid for s in res.samples])[:, None]
+  for key, rows in (("skill_logp_gap", (uid == 0) | (uid == 1)),
+                    ("skill_logp_gap_success", uid == 0),
+                    ("skill_logp_gap_failure", uid == 1)):
+    np.testing.assert_allclose(metrics[key], shift[rm & rows].mean(),
+                               rtol=1e-5, err_msg=key)
+  assert metrics["skill_logp_gap_success"] != metrics["skill_logp_gap_failure"]
+  # Without a won analyzed episode there is no success part, not a 0.
+  res.episodes[0].success = False
+  _, metrics = trainer.build_batch(trainer.create_state(policy.params),
+                                   trainer.place_params(policy.params), c)
+  assert "skill_logp_gap_success" not in metrics
+  assert "skill_logp_gap_failure" in metrics
+
+
 def test_without_an_analyzed_row_the_skill_logp_gap_is_left_out(policy):
   for variant in ("grpo", "seed"):  # GRPO never analyzes; SEED found none
     trainer = _trainer(policy, variant=variant, kl_coef=0.0)
@@ -176,7 +203,9 @@ def test_without_an_analyzed_row_the_skill_logp_gap_is_left_out(policy):
     c = trainer_lib.Collected(res.samples, res.episodes, {}, {})
     _, metrics = trainer.build_batch(trainer.create_state(policy.params),
                                      None, c)
-    assert "skill_logp_gap" not in metrics, (variant, metrics)
+    for key in ("skill_logp_gap", "skill_logp_gap_success",
+                "skill_logp_gap_failure"):
+      assert key not in metrics, (variant, key, metrics)
     assert metrics["logp_agreement"] > 0  # the rollout's log-probs are -1
 
 def test_rollouts_at_a_temperature_are_scored_and_trained_at_it(policy):
