@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import collections.abc
 import functools
+import hashlib
 import json
 import logging
 import os
@@ -182,13 +183,35 @@ def _refused(annotator, replies: Sequence[Reply]
       "max_tokens and context length against the prompts")
 
 
+def _check_same_batch(prompts: Sequence[str]) -> None:
+  """Raises RuntimeError, on every process alike, unless every process holds
+  the same analysis prompts: process 0's replies are paired with each
+  process's episodes by position. A collective (`allgather_objects`).
+
+  Example of the error's end: "process 0: 8 episode(s) to annotate (prompts
+  3f2a9c01d4e5); process 1: 7 episode(s) to annotate (prompts 91bd07aa2c3e)".
+  """
+  digest = hashlib.sha256(json.dumps(list(prompts)).encode()).hexdigest()
+  keys = distributed.allgather_objects((len(prompts), digest))
+  if len(set(keys)) > 1:
+    held = distributed.by_process(
+        [f"{n} episode(s) to annotate (prompts {d[:12]})" for n, d in keys])
+    raise RuntimeError(
+        "Stage 1's processes rolled out different batches, so process 0's "
+        f"replies would be paired with other episodes: {held}; every process "
+        "must roll out alike (same params, rng and environments): look for "
+        "environment errors in each process's log")
+
+
 def _annotate_once(annotator, episodes: Sequence[Episode],
                    prompts: Sequence[str]) -> list[Reply]:
   """`_annotate` on process 0 only, its replies (or its outage) shared with
   every process: a multi-host run asks the teacher once, and every process
-  trains on the same annotations."""
+  trains on the same annotations. RuntimeError (`_check_same_batch`), before
+  the teacher is asked, when the processes' batches differ."""
   if jax.process_count() == 1:
     return _annotate(annotator, episodes, prompts)
+  _check_same_batch(prompts)
   out, error = None, None
   if distributed.is_writer():
     try:
@@ -294,6 +317,8 @@ def collect_records(
       (`unanswered`: the interrupted batch's episodes never answered).
     ValueError: on an unknown mode or non-positive sizes, or a `journal`
       kept with other settings.
+    RuntimeError: on every process of a multi-host run whose processes
+      rolled out different batches (naming each one's episode count).
   """
   if mode not in skills.MODES:
     raise ValueError(f"unknown analysis mode {mode!r}; expected {skills.MODES}")

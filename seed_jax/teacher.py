@@ -403,10 +403,12 @@ class OpenAITeacher:
 
     Raises:
       TeacherUnavailableError: as soon as one prompt fails for good; pending
-        prompts are cancelled and `.partial` holds the replies that arrived
-        (None for the rest).
+        prompts are cancelled, `.partial` holds the replies that arrived
+        (None for the rest) and `.completed` which prompts the endpoint
+        answered, a refusal included (a None in `.partial` that is no gap).
     """
     results: list[str | None] = [None] * len(prompts)
+    done = [False] * len(prompts)
     if not prompts:
       return results
     pool = concurrent.futures.ThreadPoolExecutor(
@@ -418,6 +420,7 @@ class OpenAITeacher:
       for future in concurrent.futures.as_completed(futures):
         try:
           results[futures[future]] = future.result()
+          done[futures[future]] = True
         except TeacherUnavailableError as e:
           if error is None:
             error = e
@@ -426,8 +429,7 @@ class OpenAITeacher:
         except concurrent.futures.CancelledError:
           pass
       if error is not None:
-        raise error.with_partial(
-            results, [r is not None for r in results]) from error
+        raise error.with_partial(results, done) from error
       return results
     finally:
       pool.shutdown(wait=True, cancel_futures=True)
@@ -488,8 +490,10 @@ class OpenAITeacher:
 
     Raises:
       TeacherUnavailableError: when the endpoint goes down; `.partial` holds
-        the annotations made so far and `.completed` which episodes got a
-        reply, so a caller can save what was kept and resume with the rest.
+        the annotations made so far (a refused request's ParseError
+        "rejected" among them) and `.completed` which episodes got a reply or
+        a refusal, so a caller can save what was kept and resume with the
+        rest.
     """
     if prompts is None:
       prompts = [self._prompt(ep) for ep in episodes]
@@ -498,7 +502,7 @@ class OpenAITeacher:
     try:
       replies = self.complete_many(prompts)
     except TeacherUnavailableError as e:
-      partial = [None if r is None else self._parse(r, ep)
-                 for r, ep in zip(e.partial, episodes)]
+      partial = [self._parse(r, ep) if ok else None
+                 for r, ep, ok in zip(e.partial, episodes, e.completed)]
       raise e.with_partial(partial, e.completed) from e
     return [self._parse(r, ep) for r, ep in zip(replies, episodes)]

@@ -437,6 +437,35 @@ def test_an_interrupted_collections_counts_add_up():
       "env_errors", "prompt_too_long", "parsed", "failed", "unanswered"))
 
 
+def test_a_request_refused_before_an_outage_counts_as_refused():
+  """A request the teacher refused in the batch an outage interrupted was
+  counted `unanswered` (as if never sent), not `failed/rejected`."""
+  teacher = OpenAITeacher("http://127.0.0.1:1/v1", "m", max_concurrency=1)
+  asked = []
+
+  def complete(prompt):  # one good reply, one refusal, then down
+    asked.append(prompt)
+    if len(asked) == 1:
+      return json.dumps({"episode_summary": "s", "episode_skill": "Look."})
+    if len(asked) == 2:
+      raise teacher_lib.TeacherRejectedError(
+          teacher.url, "HTTP 400 Bad Request: prompt too long", 400)
+    raise TeacherUnavailableError(teacher.url, 1, "connection refused")
+
+  teacher.complete = complete
+  pool_factory, generate = testing.scripted_rollouts()
+  with pytest.raises(stage1.CollectionInterrupted) as info:
+    stage1.collect_records(
+        generate, "household", num_tasks=2, group_size=2, max_steps=6,
+        annotator=teacher, rng=jax.random.key(1), pool_factory=pool_factory)
+  stats = info.value.stats
+  assert (stats["episodes"], stats["parsed"], stats["failed"],
+          stats.get("failed/rejected"), stats["unanswered"]) == (4, 1, 1, 1, 2)
+  assert stats["episodes"] == sum(stats[n] for n in (
+      "env_errors", "prompt_too_long", "parsed", "failed", "unanswered"))
+  assert len(info.value.partial_records) == 1
+
+
 def test_stage1_without_records_names_its_counts_and_a_new_teacher_is_refused(
     tmp_path, monkeypatch):
   """Stage 1's "no parseable records" names the collection's counts and the
@@ -787,6 +816,88 @@ def test_two_processes_ask_the_teacher_once(tmp_path):
       "RuntimeError: Stage 1's annotator failed on process 0: "
       + got[0]["failed"])
   assert [g["calls"] for g in got] == [4, 0]
+
+
+def _as_processes(monkeypatch, count, fn):
+  """Runs `fn(index)` in `count` threads that pass for the processes of one
+  run (jax.process_index and process_count, distributed.allgather_objects
+  and broadcast_object); what each returned or raised, in process order."""
+  import threading  # pylint: disable=g-import-not-at-top
+  from seed_jax import distributed  # pylint: disable=g-import-not-at-top
+  local = threading.local()
+  # A process that skips a collective its peers reach breaks it (no hang).
+  barrier = threading.Barrier(count, timeout=60)
+  slots = [None] * count
+
+  def allgather(obj):
+    slots[local.index] = obj
+    barrier.wait()
+    out = list(slots)
+    barrier.wait()
+    return out
+
+  monkeypatch.setattr(jax, "process_count", lambda: count)
+  monkeypatch.setattr(jax, "process_index", lambda: local.index)
+  monkeypatch.setattr(distributed, "allgather_objects", allgather)
+  monkeypatch.setattr(distributed, "broadcast_object",
+                      lambda obj: allgather(obj)[0])
+  outcomes = [None] * count
+
+  def run(index):
+    local.index = index
+    try:
+      outcomes[index] = fn(index)
+    except BaseException as e:  # pylint: disable=broad-except
+      outcomes[index] = e
+
+  threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join()
+  return outcomes
+
+
+def test_processes_that_rolled_out_differently_are_not_paired(monkeypatch):
+  """Process 0's replies went to every process's episodes by position: on a
+  process whose environment raised (one episode fewer), a reply was paired
+  with the wrong episode, silently. Now every process stops, naming the
+  counts, before the teacher is asked."""
+  asked = []
+
+  class Teacher:
+
+    def annotate_many(self, episodes, prompts):
+      asked.append(len(prompts))
+      return [annotators.annotate(ep) for ep in episodes]
+
+  def raises(*args):
+    raise RuntimeError("engine crashed")
+
+  def process(index):
+    scripted_factory, generate = testing.scripted_rollouts()
+
+    def pool_factory(*args, **kwargs):
+      pool = scripted_factory(*args, **kwargs)
+      if index == 1:  # this process's environment alone fails
+        pool.members[1].step = raises
+      return pool
+
+    return stage1.collect_records(
+        generate, "household", num_tasks=2, group_size=2, max_steps=6,
+        annotator=Teacher(), rng=jax.random.key(0), pool_factory=pool_factory)
+
+  outcomes = _as_processes(monkeypatch, 2, process)
+  for got in outcomes:
+    assert isinstance(got, RuntimeError), got
+    assert re.search(r"rolled out different batches.*process 0: 4 episode\(s\) "
+                     r"to annotate \(prompts \w+\); process 1: 3 episode\(s\) "
+                     r"to annotate", str(got)), got
+  assert asked == []
+  # Alike on every process: annotated once, the same records everywhere.
+  outcomes = _as_processes(monkeypatch, 2, lambda index: process(0))
+  assert asked == [4]
+  assert outcomes[0][0] == outcomes[1][0] and len(outcomes[0][0]) == 4
 
 
 @pytest.mark.parametrize("name", [

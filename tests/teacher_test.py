@@ -462,6 +462,22 @@ def test_annotate_many_returns_partial_results_when_endpoint_fails(server):
   assert teacher.stats.as_dict()["parsed"] == 1
 
 
+def test_a_request_refused_before_an_outage_is_completed_as_rejected(server):
+  """A refusal was a gap in `.partial` (None, `.completed` False): counted
+  as never answered, and not in `stats`, though `rejected` counted it."""
+  teacher = _teacher(server.base_url, max_concurrency=1, max_retries=1)
+  tasks = ["a", "REJECT b", "FAIL3 c", "FAIL3 d"]  # d may start or not
+  with pytest.raises(TeacherUnavailableError) as info:
+    teacher.annotate_many([_episode(t) for t in tasks])
+  err = info.value
+  assert [_why(p) for p in err.partial] == [_GOOD, "rejected", None, None]
+  assert err.completed == [True, True, False, False]
+  assert "context length exceeded" in err.partial[1].detail
+  assert teacher.rejected == 1
+  assert teacher.stats.as_dict() == {"parsed": 1, "failed": 1,
+                                     "parse_rate": 0.5, "failed/rejected": 1}
+
+
 def test_episode_step_mode_returns_step_skills(server, monkeypatch):
   reply = ('{"episode_summary": "s", "episode_skill": "k", "step_skills": '
            '{"step 2": "two", "9": "out of range", "1": "one", "3": "three"}}')
