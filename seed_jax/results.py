@@ -4,8 +4,10 @@ Everything here is a pure function of the runs' metric histories,
 `histories[method][seed] = [record, ...]`, each record one line of a run's
 metrics.jsonl: `{"update": 10, "env_steps": 412.0, "eval/seen/success": 0.5,
 "eval/seen/success/heat": 0.25, ...}` ("env_steps" counts that update's
-rollout only; evaluations are logged at the updates they ran). Only
-`read_metrics` and the writers at the end touch files.
+rollout only; evaluations are logged at the updates they ran), or of their
+evaluation reports (`rescored`). Only `read_metrics` touches files. The
+Markdown, CSV rows and figures are made in `seed_jax.results_tables`, whose
+names are reachable here too (`results.markdown`, `results.pct`, ...).
 
 Conventions, stated again in the Markdown they produce:
   * success is a rate in [0, 1]; tables print it in percent;
@@ -27,16 +29,28 @@ Conventions, stated again in the Markdown they produce:
 
 from __future__ import annotations
 
-import csv
-import io
 import json
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from seed_jax import atomic
+from seed_jax.results_tables import SPLITS
+from seed_jax.results_tables import csv_text
+from seed_jax.results_tables import efficiency_rows
+from seed_jax.results_tables import final_rows
+from seed_jax.results_tables import markdown
+from seed_jax.results_tables import pct
+from seed_jax.results_tables import plot_curves
+from seed_jax.results_tables import rescored_markdown
+from seed_jax.results_tables import table_lines
 
-SPLITS = ("seen", "unseen")
+__all__ = [  # `results_tables`'s too: callers use `results.markdown`, ...
+    "SPLITS", "FRACTIONS", "EPISODE", "DIAGNOSTICS", "SKILL_DIAGNOSTICS",
+    "REPORT_KEYS", "read_metrics", "mean_std", "cumulative_env_steps",
+    "evaluations", "summarize", "check_outcomes", "by_task", "rescored",
+    "csv_text", "efficiency_rows", "final_rows", "markdown", "pct",
+    "plot_curves", "rescored_markdown", "table_lines"]
+
 FRACTIONS = (0.2, 0.4, 0.6, 0.8, 1.0)
 # An evaluation report's environment and episode settings: `rescored` pairs
 # only reports that agree on them.
@@ -80,14 +94,22 @@ def _non_numeric(record: Mapping[str, Any]) -> str | None:
 def read_metrics(path: str) -> list[dict[str, Any]]:
   """The records of a run's metrics.jsonl, in order.
 
+  Training writes each update once, in increasing order: it rewrites the
+  file whole from its history after each update, and on a resume from the
+  history its checkpoint keeps (`seed_jax.train`). A repeated update (two
+  files joined, lines pasted by hand) would count that update's environment
+  steps and diagnostics twice, and one out of order would end the file on
+  an update that is not its last (`runner.is_done`, `sweep.final_metrics`
+  read the last line), so both are refused.
+
   Raises:
     ValueError: naming the file and line of a line that is not a JSON object
-      with an integer "update", that holds NaN or Infinity, or whose
-      "env_steps", "eval/..." or `DIAGNOSTICS` value is not a number or null
-      (training writes the file whole, numbers with None for non-finite
-      values, so it was damaged or edited by hand).
+      with an integer "update", that holds NaN or Infinity, whose
+      "env_steps", "eval/..." or `DIAGNOSTICS` value is not a number or
+      null, or whose update is not above the previous line's (naming the
+      line that has it or the larger one): the file was damaged or edited.
   """
-  records = []
+  records, lines = [], {}  # lines: {update: its line}
   with open(path) as f:
     for n, line in enumerate(f, 1):
       if not line.strip():
@@ -101,12 +123,14 @@ def read_metrics(path: str) -> list[dict[str, Any]]:
       else:
         # bool is an int to isinstance; 2.0, "2" and null are no update.
         if isinstance(record, dict) and type(record.get("update")) is int:
+          problem = _misplaced(record["update"], lines)
           bad = _non_numeric(record)
-          if bad is None:
+          if problem is None and bad is None:
+            lines[record["update"]] = n
             records.append(record)
             continue
-          problem = (f"{bad!r} is {record[bad]!r:.100}, not a number (or "
-                     "null).")
+          problem = problem or (f"{bad!r} is {record[bad]!r:.100}, not a "
+                                "number (or null).")
         else:
           problem = (f"{record!r:.200} is not a JSON object with an integer "
                      "\"update\".")
@@ -114,6 +138,23 @@ def read_metrics(path: str) -> list[dict[str, Any]]:
           f"{path} line {n}: {problem} Delete the file and resume the run: "
           "training writes it again from the history its checkpoint keeps")
   return records
+
+
+def _misplaced(update: int, lines: Mapping[int, int]) -> str | None:
+  """Why `update` cannot follow the updates of `lines` ({update: line},
+  increasing), else None.
+
+  Example: update 5 after updates 4, 5, 6 on lines 5, 6, 7 -> "update 5
+  again, already on line 6 (training writes each update once, in order)."
+  """
+  why = "(training writes each update once, in order)."
+  if update in lines:
+    return f"update {update} again, already on line {lines[update]} {why}"
+  last = next(reversed(lines), None)  # the largest: `lines` increase
+  if last is not None and update < last:
+    return (f"update {update} after update {last} on line {lines[last]} "
+            f"{why}")
+  return None
 
 
 def mean_std(values: Sequence[float]) -> dict[str, Any]:
@@ -372,6 +413,44 @@ def by_task(pairs: Sequence[tuple[str, str]]) -> dict[str, Any] | None:
           "seeds": len(diffs)}
 
 
+# What `rescored` reads of every evaluation report (`seed_jax.evaluate`).
+REPORT_KEYS = ("step", "num_tasks", "seed", "temperature", "metrics")
+
+
+def _report_problem(report: Any) -> str | None:
+  """What a damaged evaluation report lacks that `rescored` reads, or None.
+
+  Example: a report whose metrics have no unseen success -> "has no
+  metrics['eval/unseen/success']".
+  """
+  if not isinstance(report, dict):
+    return f"is a {type(report).__name__}, not a report"
+  missing = [k for k in REPORT_KEYS if k not in report]
+  if missing:
+    return f"has no {', '.join(missing)}"
+  if not isinstance(report["metrics"], dict):
+    return f"has metrics {report['metrics']!r:.80}, not a dict"
+  read = [f"eval/{split}/success" for split in SPLITS]
+  missing = [f"metrics[{k!r}]" for k in read if k not in report["metrics"]]
+  if missing:
+    return f"has no {', '.join(missing)}"
+  if not isinstance(report.get("per_task", {}), dict):
+    return f"has per_task {report['per_task']!r:.80}, not outcomes by split"
+  return None
+
+
+def _named_reports(reports) -> Iterator[tuple[str, Any]]:
+  """(name, report) of each report of `rescored`'s argument, the name as
+  "the final report of seed/seed0" or "the efficiency 0.6 report of ..."."""
+  for m, by_seed in reports.items():
+    for s, pair in by_seed.items():
+      named = [(k, r) for k, r in pair.items() if k != "efficiency"] + [
+          (f"efficiency {f}", r)
+          for f, r in pair.get("efficiency", {}).items()]
+      for name, report in named:
+        yield f"the {name} report of {m}/seed{s}", report
+
+
 def rescored(reports: Mapping[str, Mapping[int, Mapping[str, Mapping[
     str, Any]]]], *, baseline: str | None = None) -> dict[str, Any]:
   """Start and final success of every run, scored again on common tasks.
@@ -412,17 +491,22 @@ def rescored(reports: Mapping[str, Mapping[int, Mapping[str, Mapping[
                  outcomes}}}, for methods with such seeds
 
   Raises:
-    ValueError: when the reports do not share the tasks, evaluation seed
+    ValueError: a report without a field read here (`REPORT_KEYS`, each
+      split's "eval/<split>/success"), named by method, seed, which report
+      and its folder; reports that do not share the tasks, evaluation seed
       and temperature, or the environment and episode settings (`EPISODE`;
       a report without one, written before it was recorded, is taken to
       share it).
   """
-  def each(pair):  # every report of one run
-    yield from (r for k, r in pair.items() if k != "efficiency")
-    yield from pair.get("efficiency", {}).values()
-
-  every = [r for by_seed in reports.values() for pair in by_seed.values()
-           for r in each(pair)]
+  for name, report in _named_reports(reports):
+    problem = _report_problem(report)
+    if problem is not None:
+      if isinstance(report, dict) and "workdir" in report:
+        name += f" (in {report['workdir']}/eval, update {report.get('step')})"
+      raise ValueError(f"{name} {problem}; `seed_jax.evaluate` writes every "
+                       "field, so it was damaged: delete it and rerun to "
+                       "score that checkpoint again")
+  every = [r for _, r in _named_reports(reports)]
   settings = {(r["num_tasks"], r["seed"], r["temperature"]) for r in every}
   if len(settings) > 1:
     raise ValueError(f"the reports were scored with different (num_tasks, "
@@ -505,310 +589,3 @@ def rescored(reports: Mapping[str, Mapping[int, Mapping[str, Mapping[
     if any(vs.values()):
       out["by_task"].setdefault(m, {})["vs_baseline"] = vs
   return out
-
-
-def rescored_markdown(summary: Mapping[str, Any]) -> str:
-  """`rescored`'s tables as Markdown: overall, then per family (final)."""
-  methods = summary["methods"]
-  base = summary["baseline"]
-  succ = summary["success"]
-  lines = [f"Success in percent on {summary['num_tasks']} tasks per split, "
-           "the same tasks for every run, and the same sampling keys for "
-           "checkpoints of the same update (evaluation "
-           f"seed {summary['seed']}, temperature {summary['temperature']}), "
-           "mean ± sample std over seeds (the value alone for one seed). "
-           "Start: the policy the run began "
-           "RL from (after Stage 1 where the method has one); final: its "
-           "last checkpoint.", ""]
-  header = ["method", "seeds", "start seen", "final seen", "start unseen",
-            "final unseen"]
-  if summary["paired"]:
-    header += [f"final − {base}, seen", f"final − {base}, unseen"]
-  rows = []
-  for m in methods:
-    row = [m, str(len(summary["steps"][m]))]
-    for split in SPLITS:
-      row += [pct(succ[m][w][split]["all"]) for w in ("start", "final")]
-    if summary["paired"]:
-      row += [_points(summary["paired"].get(m, {}).get(split))
-              for split in SPLITS]
-    rows.append(row)
-  lines += table_lines(header, rows)
-  if summary["paired"]:
-    lines += ["", f"The differences to {base} are paired by seed (the same "
-              "seed starts from the same warm start) and given in points."]
-    for m, seeds in summary.get("unpaired", {}).items():
-      lines += [f"Left out of {m}'s differences, its final update not "
-                f"{base}'s: seed{'s' * (len(seeds) != 1)} "
-                f"{', '.join(map(str, seeds))}."]
-    for m, seeds in summary.get("no_baseline", {}).items():
-      lines += [f"Left out of {m}'s differences, no {base} run of the same "
-                f"seed: seed{'s' * (len(seeds) != 1)} "
-                f"{', '.join(map(str, seeds))}."]
-  tasks = summary.get("by_task") or {}
-  if tasks:
-    cols = [("gain", "final − start")] + (
-        [("vs_baseline", f"final − {base}")] if summary["paired"] else [])
-    lines += ["", "**Task by task**: differences in points, paired on the "
-              "same tasks, and in brackets their standard error over the "
-              "tasks (the evaluation's own noise, each seed's warm start "
-              "held fixed; averaged over the seeds whose reports list "
-              "every task's outcome).", ""]
-    lines += table_lines(
-        ["method", *(f"{label}, {split}" for _, label in cols
-                     for split in SPLITS)],
-        [[m, *(_task_points(tasks[m].get(key, {}).get(split))
-               for key, _ in cols for split in SPLITS)] for m in tasks])
-  eff = summary.get("efficiency") or {}
-  if eff:
-    fr = list(dict.fromkeys(p["fraction"] for m in eff
-                            for p in eff[m][SPLITS[0]]))
-    lines += ["", "**Sample efficiency** (the paper's Table 6) on the same "
-              "tasks: overall success at a fraction of each run's final "
-              "update, read at the last checkpoint kept at or before it "
-              "(the updates scored in brackets).", ""]
-    rows = []
-    for split in SPLITS:
-      for m in eff:
-        at = {p["fraction"]: p for p in eff[m][split]}
-        rows.append([split, m, *(
-            f"{pct(at[f])} [{', '.join(map(str, at[f]['updates']))}]"
-            if f in at else "-" for f in fr)])
-    lines += table_lines(["split", "method", *(f"{100 * f:.0f}%" for f in fr)],
-                         rows)
-    rows = []
-    for split in SPLITS:
-      for m in eff:
-        at = {p["fraction"]: p.get("vs_baseline_final")
-              for p in eff[m][split]}
-        if any(at.values()):
-          rows.append([split, m, *(_task_points(at.get(f)) for f in fr)])
-    if rows:
-      lines += ["", f"The same checkpoints against {base}'s final, task by "
-                "task: differences in points, standard error over the tasks "
-                "in brackets (the paper's claim is that SEED at 60% is not "
-                f"below {base} at 100%).", ""]
-      lines += table_lines(
-          ["split", "method", *(f"{100 * f:.0f}%" for f in fr)], rows)
-  for split in SPLITS:
-    fams = list(dict.fromkeys(f for m in methods
-                              for f in succ[m]["final"][split]))
-    lines += ["", f"**Final, {split} tasks, per family**", ""]
-    lines += table_lines(["family", *methods],
-                    [[f, *(pct(succ[m]["final"][split].get(f))
-                           for m in methods)] for f in fams])
-  return "\n".join(lines) + "\n"
-
-
-def _points(stats):
-  """A difference of rates in points: "+6.2 ± 3.1"; "-" when missing."""
-  if not stats or stats.get("mean") is None:
-    return "-"
-  return f"{100 * stats['mean']:+.1f}" + _spread(stats, 100)
-
-
-def _task_points(stats):
-  """A `by_task` difference in points: "+6.2 (se 3.1)"; "-" when missing."""
-  if not stats:
-    return "-"
-  return f"{100 * stats['mean']:+.1f} (se {100 * stats['se']:.1f})"
-
-
-def _spread(stats: Mapping[str, Any], scale: float = 1.0,
-            fmt: str = ".1f") -> str:
-  """The " ± std" part (std times `scale`); "" for one seed, which has none."""
-  return "" if stats.get("n") == 1 else f" ± {scale * stats['std']:{fmt}}"
-
-
-# -- tables -------------------------------------------------------------------
-
-
-def pct(stats: Mapping[str, Any] | None) -> str:
-  """{"mean": 0.75, "std": 0.032} -> "75.0 ± 3.2"; "-" when missing.
-
-  With "n": 1 (one seed) the std is left out: "75.0".
-  """
-  if not stats or stats.get("mean") is None:
-    return "-"
-  return f"{100 * stats['mean']:.1f}" + _spread(stats, 100)
-
-
-def final_rows(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
-  """CSV rows: method, split, family, mean, std, n (success rates)."""
-  rows = []
-  for m in summary["methods"]:
-    for split in SPLITS:
-      for fam, s in summary["final"][m][split].items():
-        rows.append(dict(method=m, split=split, family=fam, mean=s["mean"],
-                         std=s["std"], n=s["n"]))
-  return rows
-
-
-def efficiency_rows(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
-  """CSV rows: method, split, fraction, target, update, mean, std, n,
-  env_steps."""
-  return [dict(method=m, split=split, **p) for m in summary["methods"]
-          for split in SPLITS for p in summary["sample_efficiency"][m][split]]
-
-
-def csv_text(rows: Sequence[Mapping[str, Any]]) -> str:
-  buf = io.StringIO()
-  if rows:
-    writer = csv.DictWriter(buf, fieldnames=list(rows[0]),
-                            lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-  return buf.getvalue()
-
-
-def table_lines(header: Sequence[str], rows: Sequence[Sequence[str]]
-                ) -> list[str]:
-  """The lines of a Markdown table."""
-  return (["| " + " | ".join(header) + " |",
-           "|" + "---|" * len(header)] +
-          ["| " + " | ".join(r) + " |" for r in rows])
-
-
-def markdown(summary: Mapping[str, Any], *, image_dir: str | None = None,
-             title: str = "Results") -> str:
-  """Tables (and image links, relative to the Markdown file) as Markdown.
-
-  Args:
-    summary: what `summarize` returns.
-    image_dir: the folder of the curve PNGs relative to the Markdown file
-      (None: no image links).
-    title: the section's heading.
-  """
-  methods = summary["methods"]
-  lines = [f"## {title}", "",
-           "Success in percent, mean ± sample std over seeds (the value alone "
-           "for one seed), at each run's last evaluated update.", ""]
-  late = [f"{m}/seed{s} (" + ("no metrics yet" if r["last_update"] is None
-                              else f"update {r['last_update']} of "
-                              f"{r['planned']}") + ")"
-          for m in methods for s, r in summary["runs"][m].items()
-          if not r.get("finished", True)]
-  if late:
-    lines += ["Left out of the success, sample-efficiency and diagnostics "
-              "tables, and of the curves of a method with a finished run, "
-              f"not finished: {', '.join(late)}.", ""]
-  bare = summary.get("unevaluated", {})
-  if bare:
-    lines += ["Finished but never evaluated, so left out of those tasks' "
-              "success and sample-efficiency tables: " + ", ".join(
-                  f"{k} ({' and '.join(v)} tasks)" for k, v in bare.items())
-              + ".", ""]
-  for split in SPLITS:
-    fams = list(dict.fromkeys(f for m in methods
-                              for f in summary["final"][m][split]))
-    # The runs the cells are over: the finished, evaluated ones.
-    seeds = {m: summary["final"][m][split]["all"]["n"] for m in methods}
-    lines += [f"**{split.capitalize()} tasks**", ""]
-    lines += table_lines(
-        ["family", *(f"{m} ({seeds[m]} seed{'s' * (seeds[m] != 1)})"
-                     for m in methods)],
-        [[f, *(pct(summary["final"][m][split].get(f)) for m in methods)]
-         for f in fams])
-    lines.append("")
-    counts = {}  # number of tasks -> runs evaluated on it
-    for run, got in summary.get("eval_tasks", {}).get(split, {}).items():
-      for k in got:
-        counts.setdefault(k, []).append(run)
-    if len(counts) > 1:
-      lines += [f"Evaluated on different numbers of {split} tasks, pooled as "
-                "they are here and in the sample-efficiency table: " +
-                "; ".join(f"{k} tasks: {', '.join(runs)}"
-                          for k, runs in sorted(counts.items())) + ".", ""]
-  fr = [p["fraction"] for p in summary["sample_efficiency"][methods[0]][
-      SPLITS[0]]] if methods else []
-  lines += ["**Sample efficiency** (the paper's Table 6): overall success at "
-            "a fraction of the updates, read at the last update evaluated "
-            "at or before it (shown in brackets).", ""]
-  rows = []
-  for split in SPLITS:
-    for m in methods:
-      cells = [f"{pct(p)} [{p['update']}]" if p["update"] is not None
-               else "-" for p in summary["sample_efficiency"][m][split]]
-      rows.append([split, m, *cells])
-  lines += table_lines(["split", "method", *(f"{100 * f:.0f}%" for f in fr)], rows)
-  lines.append("")
-  names = list(dict.fromkeys(k for m in methods
-                             for k in summary["diagnostics"][m]))
-  if names:
-    lines += ["**Training diagnostics**: each run's mean over its updates, "
-              "then mean ± std over seeds.", ""]
-    lines += table_lines(["metric", *methods], [
-        [k, *(_num(summary["diagnostics"][m].get(k)) for m in methods)]
-        for k in names])
-    lines.append("")
-  lines += ["**Runs**: last update (of the planned, where known), last "
-            "evaluated update and cumulative environment steps of RL "
-            "(Stage 1's rollouts not included) of each seed.", ""]
-  lines += table_lines(["method", "seed", "last update", "last eval",
-                   "env steps"],
-                  [[m, s, "no metrics yet", "-", "-"]
-                   if r["last_update"] is None else
-                   [m, s, str(r["last_update"]) + (
-                       f" of {r['planned']}" if r.get("planned") is not None
-                       else ""), str(r["last_eval_update"]),
-                    f"{r['env_steps']:.0f}"]
-                   for m in methods for s, r in summary["runs"][m].items()])
-  lines.append("")
-  if image_dir is not None:
-    for name, what in (("success_vs_updates", "updates"),
-                       ("success_vs_env_steps", "environment steps")):
-      lines += [f"![eval success against {what}]"
-                f"({image_dir}/{name}.png)", ""]
-  return "\n".join(lines)
-
-
-def _num(stats):
-  if not stats or stats.get("mean") is None:
-    return "-"
-  return f"{stats['mean']:.3g}" + _spread(stats, fmt=".2g")
-
-
-# -- figures ------------------------------------------------------------------
-
-
-def plot_curves(summary: Mapping[str, Any], path: str, *,
-                x: str = "update") -> None:
-  """Eval success against `x` ("update" or "env_steps"), seen and unseen.
-
-  One line per method (the mean over seeds) with a band of ± one std, over
-  its finished runs, or while it has none over its unfinished ones (see
-  `summarize`); the legend gives the seeds' number and says which.
-  Uses matplotlib's Agg canvas directly (no pyplot, no global backend); the
-  PNG is written whole or not at all (`atomic.write_bytes`).
-  """
-  from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
-  fig = Figure(figsize=(10, 4), dpi=100)
-  axes = fig.subplots(1, len(SPLITS), sharey=True)
-  for ax, split in zip(axes, SPLITS):
-    for m in summary["methods"]:
-      pts = summary["curves"][m][split]
-      if not pts:
-        continue
-      xs = np.array([p[x] for p in pts], float)
-      mean = np.array([p["mean"] for p in pts], float)
-      std = np.array([p["std"] for p in pts], float)
-      n = max(p["n"] for p in pts)
-      done = any(r.get("finished", True) and r["last_update"] is not None
-                 for r in summary["runs"][m].values())
-      label = f"{m} ({n}{'' if done else ' unfinished'} seed{'s' * (n != 1)})"
-      line, = ax.plot(xs, mean, marker="." if len(xs) < 40 else None,
-                      label=label)
-      ax.fill_between(xs, mean - std, mean + std, alpha=0.2,
-                      color=line.get_color(), linewidth=0)
-    ax.set_title(f"{split} tasks")
-    ax.set_ylim(-0.02, 1.02)
-    ax.set_xlabel("update" if x == "update" else
-                  "environment steps of RL (Stage 1's not included)")
-    ax.grid(alpha=0.3)
-  axes[0].set_ylabel("eval success (mean ± std over seeds)")
-  if summary["methods"]:
-    axes[-1].legend()
-  fig.tight_layout()
-  png = io.BytesIO()
-  fig.savefig(png, format="png")
-  atomic.write_bytes(path, png.getvalue())  # a crash keeps the last one

@@ -142,6 +142,28 @@ def test_read_metrics_names_the_line_of_a_bad_record(tmp_path, bad):
   assert results.read_metrics(str(path)) == [{"update": 1, "kl": 0.5},
                                              {"update": 2, "kl": None}]
 
+@pytest.mark.parametrize("updates,line,match", [
+    ((0, 1, 2, 1), 5, "update 1 again, already on line 3"),
+    ((0, 1, 1, 2), 4, "update 1 again, already on line 3"),
+    ((0, 2, 1), 4, "update 1 after update 2 on line 3"),
+    ((1, 2, 3, 0, 1, 2), 5, "update 0 after update 3 on line 4")])
+def test_read_metrics_refuses_a_repeated_or_earlier_update(
+    tmp_path, updates, line, match):
+  """Training writes each update once, in order (it rewrites the file from
+  the checkpoint's history on resume): a repeat, which would count its
+  env_steps and diagnostics twice, or one out of order (joined files, an
+  edit) names both lines."""
+  path = tmp_path / "metrics.jsonl"
+  path.write_text("\n" + "".join(
+      f'{{"update": {u}, "env_steps": 4.0, "kl": 0.5}}\n' for u in updates))
+  with pytest.raises(ValueError, match=(
+      f"^{re.escape(str(path))} line {line}: {match} \\(training writes "
+      "each update once, in order\\)\\. Delete the file and resume")):
+    results.read_metrics(str(path))
+  path.write_text("".join(f'{{"update": {u}}}\n' for u in (0, 1, 3, 7)))
+  assert [r["update"] for r in results.read_metrics(str(path))] == [0, 1, 3, 7]
+
+
 @pytest.mark.parametrize("key,value", [
     ("eval/seen/success", '"0.5"'), ("eval/unseen/success/heat", '"1"'),
     ("eval/seen/tasks", "[4.0]"), ("env_steps", '"12"'), ("kl", "true"),
@@ -453,8 +475,10 @@ def test_rescored_by_task():
   assert ("| method | final − start, seen | final − start, unseen | "
           "final − grpo, seen | final − grpo, unseen |") in text
   # seed, unseen vs grpo: differences 1, 1, 0, 0 -> +50.0, se 28.9.
-  assert "| seed | +50.0 (se 28.9) | +50.0 (se 28.9) | +25.0 (se 25.0) | " \
-      "+50.0 (se 28.9) |" in text
+  # seed's seed 1 has no outcomes: its cells say they are over one seed.
+  assert "| seed | +50.0 (se 28.9; 1 of 2 seeds) | +50.0 (se 28.9; 1 of 2 " \
+      "seeds) | +25.0 (se 25.0; 1 of 2 seeds) | +50.0 (se 28.9; 1 of 2 " \
+      "seeds) |" in text
   assert "| grpo | +25.0 (se 25.0) | +0.0 (se 40.8) | - | - |" in text
   # Table 6's checkpoints against grpo's final on the same seed.
   reports["seed"][0]["efficiency"] = {
@@ -467,8 +491,10 @@ def test_rescored_by_task():
   assert at60["vs_baseline_final"] == results.by_task([("0001", "0010")])
   assert at100["vs_baseline_final"] == seed["vs_baseline"]["unseen"]
   text = results.rescored_markdown(out)
-  assert "| unseen | seed | +0.0 (se 40.8) | +50.0 (se 28.9) |" in text
-  assert "| seen | seed | +0.0 (se 0.0) | +25.0 (se 25.0) |" in text
+  assert ("| unseen | seed | +0.0 (se 40.8; 1 of 2 seeds) | +50.0 (se 28.9; "
+          "1 of 2 seeds) |") in text
+  assert ("| seen | seed | +0.0 (se 0.0; 1 of 2 seeds) | +25.0 (se 25.0; 1 "
+          "of 2 seeds) |") in text
   # Without outcomes anywhere, no such table.
   for by_seed in reports.values():
     for pair in by_seed.values():
@@ -480,6 +506,73 @@ def test_rescored_by_task():
   assert out["efficiency"]["seed"]["seen"][0]["vs_baseline_final"] is None
   text = results.rescored_markdown(out)
   assert "Task by task" not in text and "task by task" not in text
+
+
+def test_task_by_task_cells_say_when_they_are_over_fewer_seeds():
+  """A seed whose reports list no per-task outcomes is left out of the
+  task-by-task cells; a cell says so when the headline counts more."""
+  def run(final_seen, *, outcomes=True):
+    tasks = {"seen": final_seen, "unseen": "0100"} if outcomes else None
+    return {"start": _report(0, 0.25, 0.25, per_task=tasks and {
+                "seen": "1000", "unseen": "0100"}),
+            "final": _report(10, 0.5, 0.25, per_task=tasks)}
+
+  reports = {"grpo": {0: run("1000"), 1: run("1000")},
+             "seed": {0: run("1100"), 1: run("1110")}}
+  text = results.rescored_markdown(results.rescored(reports))
+  assert "| seed | 2 |" in text
+  # Every seed: mean of 0.25 and 0.5 gains, no count.
+  # se: sqrt((1/4 + 1/3) / 4) / 2 (see test_by_task_differences_...).
+  assert "| seed | +37.5 (se 19.1) | +0.0 (se 0.0) | +37.5 (se 19.1) |" in text
+  reports["seed"][1] = run("1110", outcomes=False)
+  out = results.rescored(reports)
+  assert out["by_task"]["seed"]["gain"]["seen"]["seeds"] == 1
+  text = results.rescored_markdown(out)
+  assert "| seed | 2 |" in text
+  assert ("| seed | +25.0 (se 25.0; 1 of 2 seeds) | +0.0 (se 0.0; 1 of 2 "
+          "seeds) | +25.0 (se 25.0; 1 of 2 seeds) | +0.0 (se 0.0; 1 of 2 "
+          "seeds) |") in text
+  assert "| grpo | +0.0 (se 0.0) | +0.0 (se 0.0) | - | - |" in text
+  assert "a cell over fewer than the method's seeds says how many" in text
+
+
+def _damage(report, how):
+  """`report` damaged as `how` names."""
+  if how == "no step":
+    del report["step"]
+  elif how == "no unseen success":
+    del report["metrics"]["eval/unseen/success"]
+  elif how == "metrics a list":
+    report["metrics"] = [0.5]
+  elif how == "per_task a string":
+    report["per_task"] = "0101"
+  return report
+
+
+@pytest.mark.parametrize("how,problem", [
+    ("no step", "has no step"),
+    ("no unseen success", "has no metrics\\['eval/unseen/success'\\]"),
+    ("metrics a list", "has metrics \\[0.5\\], not a dict"),
+    ("per_task a string", "has per_task '0101', not outcomes by split")])
+def test_rescored_names_a_damaged_report(how, problem):
+  """A report without a field `rescored` reads is a ValueError naming the
+  run, the report, its folder and the field; not a KeyError."""
+  def pair(step=10):
+    return {"start": _report(0, 0.25, 0.25),
+            "final": _report(step, 0.5, 0.25) | {"workdir": "/out/seed/seed1"}}
+
+  reports = {"grpo": {0: pair(), 1: pair()}, "seed": {0: pair(), 1: pair()}}
+  _damage(reports["seed"][1]["final"], how)
+  with pytest.raises(ValueError, match=(
+      "^the final report of seed/seed1 \\(in /out/seed/seed1/eval, update "
+      f"(10|None)\\) {problem}; .* delete it and rerun")):
+    results.rescored(reports)
+  reports["seed"][1] = pair()
+  reports["seed"][0]["efficiency"] = {"0.6": _damage(_report(6, 0.5, 0.5),
+                                                     how)}
+  with pytest.raises(ValueError, match=(
+      f"^the efficiency 0.6 report of seed/seed0 {problem}")):
+    results.rescored(reports)
 
 
 def test_rescored_pairs_seeds_against_grpo():
