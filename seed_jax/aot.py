@@ -56,6 +56,7 @@ import jax
 import jax.numpy as jnp
 
 from seed_jax import checkpoints
+from seed_jax import gin_flags
 from seed_jax import model as model_lib
 from seed_jax import partitioning
 from seed_jax import rl_checks
@@ -542,11 +543,10 @@ def parse_flags(argv):
                  help="check without remat, whatever the run's RLConfig says")
   p.add_argument("--hbm_gib", type=_positive(float), default=None,
                  help="memory per chip (default the topology's)")
-  args, rest = p.parse_known_args(argv)
-  for arg in rest:  # --gin.NAME=VALUE, as seed_jax.train takes them
-    if not (arg.startswith("--gin.") and "=" in arg):
-      p.error(f"unrecognized argument {arg!r}")
-    args.gin.append(arg[len("--gin."):])
+  # --gin.NAME=VALUE too, as seed_jax.train takes them, in their order.
+  args, rest = p.parse_known_args(gin_flags.in_order(argv))
+  for arg in rest:
+    p.error(f"unrecognized argument {arg!r}")
   return args
 
 

@@ -33,6 +33,7 @@ from seed_jax import checkpoints
 from seed_jax import distributed
 from seed_jax import evaluate as evaluate_lib
 from seed_jax import faults
+from seed_jax import gin_flags
 from seed_jax import hf
 from seed_jax import metrics as metrics_lib
 from seed_jax import model as model_lib
@@ -509,13 +510,10 @@ def parse_flags(argv):
   parser.add_argument("--gin", action="append", default=[],
                       metavar="BINDING", help="a gin binding, e.g. "
                       "--gin.trainer.RLConfig.variant=\"'grpo'\"")
-  known, rest = parser.parse_known_args(argv)
-  # Accept the --gin.NAME=VALUE spelling as well as --gin NAME=VALUE.
+  # Both spellings, --gin.NAME=VALUE and --gin NAME=VALUE, in their order.
+  known, rest = parser.parse_known_args(gin_flags.in_order(argv))
   for arg in rest:
-    if arg.startswith("--gin.") and "=" in arg:
-      known.gin.append(arg[len("--gin."):])
-    else:
-      parser.error(f"unrecognized argument {arg!r}")
+    parser.error(f"unrecognized argument {arg!r}")
   return known
 
 

@@ -639,6 +639,25 @@ def test_md_without_a_suffix_is_refused(tmp_path, capsys):
     experiments.write_summary(str(out), str(notes))
 
 
+def test_evaluate_md_that_is_a_folder_is_refused_before_any_work(
+    tmp_path, monkeypatch):
+  out = tmp_path / "exp"
+  (out / "grpo" / "seed0").mkdir(parents=True)
+  (out / "grpo" / "seed0" / "metrics.jsonl").write_text(json.dumps(
+      {"update": 0, "eval/seen/success": 0.5,
+       "eval/unseen/success": 0.25}) + "\n")
+  scored = _fake_scoring(monkeypatch, {("grpo", 0): 100})
+  (out / runner.STATUS).write_text(json.dumps(dict(runs={"grpo/seed0": dict(
+      method="grpo", seed=0, num_updates=100, command="python -m ...")})))
+  docs = tmp_path / "docs"
+  docs.mkdir()
+  with pytest.raises(SystemExit, match=f"^error: --md={re.escape(str(docs))}"
+                     " is a folder; give a Markdown file"):
+    experiments.main(["evaluate", "--out", str(out), "--md", str(docs)])
+  assert not scored
+  assert os.listdir(docs) == []
+
+
 def test_negative_seeds_are_refused(tmp_path, capsys):
   with pytest.raises(SystemExit):
     experiments.main(["run", "--out", str(tmp_path), "--seeds=0,-1",
