@@ -19,7 +19,8 @@ keeps it as the KL reference, and `--step=0` scores that.
 Writes JSON (every metric, named as in the run's metrics.jsonl:
 "eval/seen/success", "eval/unseen/success/<family>", ..., and under
 "per_task" each task's outcome as a string of 0s and 1s in task order, for
-comparisons task by task) and CSV (split, family, success, tasks), by
+comparisons task by task) and CSV (split, family, success, tasks,
+responses_truncated: the share of replies cut at max_new_tokens), by
 default to `RUN/eval/step_<N>_tasks<K>_seed<S>_temp<T>.{json,csv}` (see
 `report_path`), so evaluations with other settings never overwrite each
 other. Each file is written whole or not at all, and the JSON, the file
@@ -135,13 +136,21 @@ def evaluate_split(policy: rollout_lib.Policy, params, *, env_name: str,
   Returns:
     {"success": overall rate, "success/<family>": per family, "tasks": n,
      "tasks/<family>": tasks of that family, "env_errors": episodes ended
-     by an environment error (counted as failures)}.
+     by an environment error (counted as failures), "responses_truncated"
+     and "responses_truncated/<family>": the share of replies cut at the
+     policy's max_new_tokens (no EOS or stop string: a reply that fails its
+     step for want of tokens)}.
+
+  Raises:
+    NonFiniteLogitsError: a reply sampled with NaN or infinite log-probs
+      (the params hold NaN or diverged); nothing is scored.
   """
   if num_tasks < 1:
     raise ValueError(f"evaluate_split needs num_tasks >= 1, got {num_tasks}")
   rng = rng if rng is not None else jax.random.key(0)
   sampling = sampler_lib.at_temperature(temperature)
   wins: dict[str, list[bool]] = collections.defaultdict(list)
+  cut: dict[str, list[bool]] = collections.defaultdict(list)  # per reply
   errors = 0
   done = 0
   while done < num_tasks:
@@ -151,14 +160,15 @@ def evaluate_split(policy: rollout_lib.Policy, params, *, env_name: str,
                              **dict(env_kwargs or {}))
     seeds = envs_base.split_seeds(split, groups, start=done)
     rng, sub = jax.random.split(rng)
-    gen = lambda prompts, r: policy.generate(
-        params, prompts, r, sampling)
+    gen = lambda prompts, r: _finite(
+        policy.generate(params, prompts, r, sampling), f"evaluate {split}")
     res = rollout_lib.rollout(gen, pool, sub, env_name=env_name,
                               max_steps=max_steps,
                               history_length=history_length,
                               group_seeds=seeds)
     for ep in res.episodes:  # one per task (group_size 1), in seed order
       wins[ep.family].append(ep.success)
+      cut[ep.family] += [st.truncated for st in ep.steps]
       errors += ep.error is not None
       if per_task is not None:
         per_task.append(int(ep.success))
@@ -171,12 +181,31 @@ def evaluate_split(policy: rollout_lib.Policy, params, *, env_name: str,
     logging.warning("evaluate %s: %d of %d episodes ended because the "
                     "environment raised; they count as failures", split,
                     errors, done)
+  replies = [c for v in cut.values() for c in v]
+  if any(replies):
+    logging.warning("evaluate %s: %d of %d replies cut at max_new_tokens "
+                    "(neither EOS nor a stop string)", split, sum(replies),
+                    len(replies))
   out = {"success": float(np.mean([w for v in wins.values() for w in v])),
-         "tasks": float(done), "env_errors": float(errors)}
+         "tasks": float(done), "env_errors": float(errors),
+         "responses_truncated": _share(replies)}
   for fam, v in sorted(wins.items()):
     out[f"success/{fam}"] = float(np.mean(v))
     out[f"tasks/{fam}"] = float(len(v))
+    out[f"responses_truncated/{fam}"] = _share(cut[fam])
   return out
+
+
+def _share(flags: Sequence[bool]) -> float:
+  """The share of True among `flags` (0 for none)."""
+  return float(np.mean(flags)) if len(flags) else 0.0
+
+
+def _finite(gens: list[rollout_lib.Generation], what: str
+            ) -> list[rollout_lib.Generation]:
+  """`gens`, after `sampler.check_finite` on their log-probs."""
+  sampler_lib.check_finite([g.logprobs for g in gens], what)
+  return gens
 
 
 def score(policy: rollout_lib.Policy, params, *, env_name: str,
@@ -192,9 +221,10 @@ def score(policy: rollout_lib.Policy, params, *, env_name: str,
 
   Returns:
     {"eval/seen/success": 0.5, "eval/seen/success/<family>": ...,
-     "eval/seen/tasks": 64.0, "eval/seen/tasks/<family>": ..., and the same
-     for "eval/unseen/..."}; both splits sample with `rng`, as the trainer's
-     evaluations do.
+     "eval/seen/tasks": 64.0, "eval/seen/tasks/<family>": ...,
+     "eval/seen/responses_truncated": 0.02, ... (every key of
+     `evaluate_split`), and the same for "eval/unseen/..."}; both splits
+     sample with `rng`, as the trainer's evaluations do.
   """
   out = {}
   for split in SPLITS:
@@ -311,9 +341,13 @@ def rows(metrics: dict[str, float]) -> list[dict[str, Any]]:
 
   Example:
     rows({"eval/seen/success": 0.5, "eval/seen/tasks": 4.0,
+          "eval/seen/responses_truncated": 0.25,
           "eval/seen/success/heat": 1.0, "eval/seen/tasks/heat": 2.0, ...})
-    -> [{"split": "seen", "family": "all", "success": 0.5, "tasks": 4},
-        {"split": "seen", "family": "heat", "success": 1.0, "tasks": 2}, ...]
+    -> [{"split": "seen", "family": "all", "success": 0.5, "tasks": 4,
+         "responses_truncated": 0.25},
+        {"split": "seen", "family": "heat", "success": 1.0, "tasks": 2,
+         "responses_truncated": None}, ...]
+    (None: not in the dict, as in reports written before it was counted).
   """
   out = []
   for split in (s[5:] for s in SPLITS):
@@ -324,14 +358,17 @@ def rows(metrics: dict[str, float]) -> list[dict[str, Any]]:
       tasks = metrics.get(f"eval/{split}/tasks{suffix}")
       out.append(dict(split=split, family=fam,
                       success=metrics[f"eval/{split}/success{suffix}"],
-                      tasks=None if tasks is None else int(tasks)))
+                      tasks=None if tasks is None else int(tasks),
+                      responses_truncated=metrics.get(
+                          f"eval/{split}/responses_truncated{suffix}")))
   return out
 
 
 def csv_text(table: Sequence[dict[str, Any]]) -> str:
   buf = io.StringIO()
   writer = csv.DictWriter(buf, fieldnames=["split", "family", "success",
-                                           "tasks"], lineterminator="\n")
+                                           "tasks", "responses_truncated"],
+                          lineterminator="\n")
   writer.writeheader()
   writer.writerows(table)
   return buf.getvalue()
@@ -571,6 +608,11 @@ def main(argv=None) -> dict[str, Any]:
   # The table first: it stays on screen if a write fails after all.
   print(f"update {step} of {workdir}, {args.num_tasks} tasks per split, "
         f"temperature {args.temperature}:\n{format_table(table)}", flush=True)
+  cut = [f"{r['split']} {r['responses_truncated']:.3f}" for r in table
+         if r["family"] == "all" and r["responses_truncated"] is not None]
+  if cut:
+    print(f"share of replies cut at max_new_tokens: {', '.join(cut)}",
+          flush=True)
   try:
     write_report(report, out_json=out_json, out_csv=out_csv)
   except OSError as e:

@@ -25,7 +25,9 @@ from seed_jax import model as model_lib
 
 @dataclasses.dataclass(frozen=True)
 class Greedy:
-  """Takes the most likely token."""
+  """Takes the most likely token (a NaN counts as the most likely, as in
+  jnp.argmax and the other methods: the first NaN's id, never one outside
+  the vocabulary)."""
 
   def __call__(self, logits: jax.Array, rng: jax.Array) -> jax.Array:
     del rng
@@ -33,8 +35,10 @@ class Greedy:
     # argmax's (value, index) reduction took 4 ms per step over 49k logits
     # on CPU, this one a tenth of it.
     top = jnp.max(logits, axis=-1, keepdims=True)
+    # A NaN makes `top` NaN, equal to nothing: the NaNs are the maximum.
+    hit = (logits == top) | jnp.isnan(logits)
     iota = jax.lax.broadcasted_iota(jnp.int32, logits.shape, logits.ndim - 1)
-    return jnp.min(jnp.where(logits == top, iota, logits.shape[-1]), axis=-1)
+    return jnp.min(jnp.where(hit, iota, logits.shape[-1]), axis=-1)
 
 
 def _check_temperature(t: float) -> None:
@@ -352,6 +356,30 @@ class PromptTooLongError(ValueError):
     return type(self), (self.detail, self.remedy), self.__dict__
 
 
+class NonFiniteLogitsError(ValueError):
+  """Sampled replies with NaN or infinite log-probs: the model's logits were
+  not finite (params that hold NaN or diverged), so its tokens mean nothing
+  (each sampling method then picks the first NaN logit's id)."""
+
+
+def check_finite(logprobs: Sequence[Sequence[float]], what: str) -> None:
+  """Raises NonFiniteLogitsError when a reply's log-probs are not all finite.
+
+  Args:
+    logprobs: per reply, its tokens' log-probs (as `sample` returns them, cut
+      to each reply's length).
+    what: who sampled, for the message (e.g. "evaluate eval_seen").
+  """
+  bad = [i for i, lp in enumerate(logprobs)
+         if not np.isfinite(np.asarray(lp, np.float64)).all()]
+  if bad:
+    raise NonFiniteLogitsError(
+        f"{what}: {len(bad)} of {len(logprobs)} sampled replies have NaN or "
+        f"infinite log-probs (the first: reply {bad[0]}): the model's logits "
+        "are not finite, so its params hold NaN or diverged, and the replies "
+        "are garbage")
+
+
 def check_fits(seqs: Sequence[Sequence[int]], buckets) -> None:
   """Raises PromptTooLongError for the first of `seqs` past every bucket."""
   largest = max(buckets)
@@ -405,9 +433,15 @@ def stop_string_table(tokenizer, stop_strings: Sequence[str],
   row stops whatever tokens spell the string: "</action>" alone, after a
   space (" </", "action", ">") or merged with what follows (">.").
 
+  Special tokens read as no text, as replies are decoded
+  (`skip_special_tokens=True`): "</act", "<|im_end|>", "ion>" stops where
+  the decoded "</action>" does, and a stop string inside a special token's
+  own text ("im_end" in "<|im_end|>") stops nothing.
+
   Args:
     tokenizer: a Hugging Face tokenizer; a token's text is
-      `convert_tokens_to_string([token])`.
+      `convert_tokens_to_string([token])`, none for its special tokens
+      (`all_special_ids` and added tokens marked special).
     stop_strings: the strings; None or empty gives None (no table).
     vocab_size: V, the model's (ids the tokenizer lacks read as no text,
       which leaves a match where it was).
@@ -421,9 +455,12 @@ def stop_string_table(tokenizer, stop_strings: Sequence[str],
   m = max(len(s) for s in strings)
   if m >= 2 ** 15:
     raise ValueError(f"stop strings of {m} characters are too long")
+  special = set(getattr(tokenizer, "all_special_ids", ()))
+  special |= {i for i, t in getattr(tokenizer, "added_tokens_decoder",
+                                    {}).items() if getattr(t, "special", False)}
   texts = [""] * vocab_size
   for tok, i in tokenizer.get_vocab().items():
-    if i < vocab_size:
+    if i < vocab_size and i not in special:
       texts[i] = tokenizer.convert_tokens_to_string([tok])
   table = np.zeros((len(strings), m, vocab_size), np.int16)
   for k, s in enumerate(strings):
@@ -467,7 +504,11 @@ def generate_text(params, config, tokenizer, prompts: Sequence[str], *,
                   max_new_tokens: int, sampling: Sampling = Greedy(),
                   rng: jax.Array | None = None, stop_strings=(),
                   buckets=DEFAULT_BUCKETS) -> list[str]:
-  """Convenience: strings in, decoded continuations out (cut at stops)."""
+  """Convenience: strings in, decoded continuations out (cut at stops).
+
+  Raises:
+    NonFiniteLogitsError: the model's logits were NaN or infinite.
+  """
   ids = [tokenizer.encode(p, add_special_tokens=False) for p in prompts]
   pad = config.pad_token_id if config.pad_token_id is not None else 0
   batch = pad_left(ids, buckets=buckets, pad_id=pad)
@@ -478,7 +519,9 @@ def generate_text(params, config, tokenizer, prompts: Sequence[str], *,
                stop_table=stop_string_table(tokenizer, stop_strings,
                                             config.vocab_size),
                pad_id=pad)
-  tokens, lengths = jax.device_get((out.tokens, out.lengths))
+  tokens, lengths, logprobs = jax.device_get(
+      (out.tokens, out.lengths, out.logprobs))
+  check_finite([lp[:n] for lp, n in zip(logprobs, lengths)], "generate_text")
   texts = []
   for row, n in zip(tokens, lengths):
     row = [t for t in row[:n] if t not in config.eos_token_ids]

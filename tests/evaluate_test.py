@@ -42,6 +42,8 @@ def test_reproduces_the_runs_own_evaluation(tiny_run, tmp_path, monkeypatch):
           if k.startswith("eval/")}
   assert report["metrics"] == want
   assert "eval/unseen/tasks/heat" in want  # per-family task counts
+  # The share of replies cut at max_new_tokens, per split and family.
+  assert 0 <= want["eval/unseen/responses_truncated/heat"] <= 1
   # The tiny run's success rates are 0, so the equality above cannot tell
   # the sampling apart: the key and settings are the trainer's at update 2
   # (train.py: fold_in(key(seed), EVAL_RNG_OFFSET + update)).
@@ -69,7 +71,8 @@ def test_reproduces_the_runs_own_evaluation(tiny_run, tmp_path, monkeypatch):
     table = list(csv.DictReader(f))
   assert table[0] == {"split": "seen", "family": "all",
                       "success": str(want["eval/seen/success"]),
-                      "tasks": "2"}
+                      "tasks": "2", "responses_truncated": str(
+                          want["eval/seen/responses_truncated"])}
   families = [r["family"] for r in table if r["split"] == "unseen"]
   assert families == ["all", "cool", "heat"]
   assert sum(int(r["tasks"]) for r in table
@@ -287,15 +290,20 @@ def test_rows_and_table():
              "eval/seen/success/clean": 0.0, "eval/seen/tasks/clean": 2.0,
              "eval/unseen/success": 0.25, "eval/unseen/tasks": 4.0,
              "eval/unseen/success/heat": 0.25, "eval/unseen/tasks/heat": 4.0}
+  metrics.update({"eval/seen/responses_truncated": 0.5,
+                  "eval/seen/responses_truncated/pick": 1.0})
   table = evaluate.rows(metrics)
+  cut = lambda v: dict(responses_truncated=v)
   assert table == [
-      dict(split="seen", family="all", success=0.5, tasks=4),
-      dict(split="seen", family="clean", success=0.0, tasks=2),
-      dict(split="seen", family="pick", success=1.0, tasks=2),
-      dict(split="unseen", family="all", success=0.25, tasks=4),
-      dict(split="unseen", family="heat", success=0.25, tasks=4)]
-  assert evaluate.csv_text(table).splitlines()[:2] == [
-      "split,family,success,tasks", "seen,all,0.5,4"]
+      dict(split="seen", family="all", success=0.5, tasks=4, **cut(0.5)),
+      dict(split="seen", family="clean", success=0.0, tasks=2, **cut(None)),
+      dict(split="seen", family="pick", success=1.0, tasks=2, **cut(1.0)),
+      dict(split="unseen", family="all", success=0.25, tasks=4, **cut(None)),
+      dict(split="unseen", family="heat", success=0.25, tasks=4,
+           **cut(None))]
+  assert evaluate.csv_text(table).splitlines()[:3] == [
+      "split,family,success,tasks,responses_truncated", "seen,all,0.5,4,0.5",
+      "seen,clean,0.0,2,"]
   line = lambda *cells: f"{cells[0]:20s}{cells[1]:>16s}{cells[2]:>16s}"
   assert evaluate.format_table(table).splitlines() == [
       line("family", "seen", "unseen"),
@@ -333,7 +341,7 @@ def test_per_task_outcomes_follow_the_task_order(monkeypatch):
     played.append(list(group_seeds))
     return types.SimpleNamespace(episodes=[types.SimpleNamespace(
         family="heat" if s % 2 else "cool", success=(s - first) % 3 == 0,
-        error=None) for s in group_seeds])
+        error=None, steps=[]) for s in group_seeds])
 
   monkeypatch.setattr(evaluate.rollout_lib, "rollout", fake_rollout)
   per_task = []
@@ -345,6 +353,52 @@ def test_per_task_outcomes_follow_the_task_order(monkeypatch):
   assert per_task == [1, 0, 0, 1, 0, 0, 1]
   assert out["success"] == pytest.approx(3 / 7)
   assert out["tasks/heat"] + out["tasks/cool"] == 7
+
+
+def test_replies_cut_at_max_new_tokens_are_reported(monkeypatch):
+  """Per split and family, the share of replies (steps) cut at the budget."""
+  import types  # pylint: disable=g-import-not-at-top
+  cuts = {0: [True, True], 1: [False, True, False], 2: [], 3: [False]}
+
+  def fake_rollout(gen, pool, rng, *, group_seeds, **kw):
+    del gen, pool, rng, kw
+    return types.SimpleNamespace(episodes=[types.SimpleNamespace(
+        family="heat" if i % 2 else "cool", success=False, error=None,
+        steps=[types.SimpleNamespace(truncated=c) for c in cuts[i]])
+        for i in group_seeds])
+
+  monkeypatch.setattr(evaluate.rollout_lib, "rollout", fake_rollout)
+  monkeypatch.setattr(evaluate.envs_base, "split_seeds",
+                      lambda split, n, start: list(range(start, start + n)))
+  out = evaluate.evaluate_split(None, None, env_name="household",
+                                split="eval_seen", num_tasks=4, max_steps=3,
+                                batch_groups=3)
+  assert out["responses_truncated"] == 3 / 6
+  assert out["responses_truncated/cool"] == 2 / 2  # tasks 0 and 2
+  assert out["responses_truncated/heat"] == 1 / 4  # tasks 1 and 3
+  metrics = {f"eval/{split}/{k}": v for k, v in out.items()
+             for split in ("seen", "unseen")}
+  [row] = [r for r in evaluate.rows(metrics)
+           if (r["split"], r["family"]) == ("unseen", "heat")]
+  assert row["responses_truncated"] == 0.25
+
+
+def test_a_policy_with_nan_logits_is_refused():
+  """A diverged policy raises instead of scoring garbage replies."""
+  from seed_jax import rollout  # pylint: disable=g-import-not-at-top
+  tiny = testing.tiny_policy(seed=0)
+  policy = rollout.Policy(tiny.config, tiny.tokenizer, max_new_tokens=2,
+                          buckets=(1024,))
+  params = dict(tiny.params, lm_head=jax.tree.map(
+      lambda x: x.at[0, 0].set(np.nan), tiny.params["lm_head"]))
+  for temperature in (0.0, 0.4):
+    with pytest.raises(ValueError, match="evaluate eval_unseen: 1 of 1 "
+                       "sampled replies have NaN or infinite log-probs") as e:
+      evaluate.evaluate_split(policy, params, env_name="household",
+                              split="eval_unseen", num_tasks=1, max_steps=1,
+                              temperature=temperature, rng=jax.random.key(0))
+    # A ValueError: `main` shows it as one "error: ..." line.
+    assert isinstance(e.value, evaluate.sampler_lib.NonFiniteLogitsError)
 
 
 def test_a_run_with_an_external_analyzer_evaluates(tiny_run, tmp_path):

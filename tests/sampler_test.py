@@ -11,6 +11,7 @@ from seed_jax import model as model_lib
 from seed_jax import sampler
 from seed_jax import scorer
 from seed_jax import testing
+from seed_jax import tokenizer as tokenizer_lib
 from tests import hf_reference
 
 V = 32
@@ -93,6 +94,54 @@ def test_sampling_edge_cases():
       sampler.TopP(1.0)(tail, key), sampler.Temperature(1.0)(tail, key))
   # Buckets in any order: the smallest that fits.
   assert sampler.pad_left([[1, 2, 3]], buckets=(8, 4)).tokens.shape == (1, 4)
+
+
+METHODS = (sampler.Greedy(), sampler.Temperature(1.0), sampler.TopK(3),
+           sampler.TopP(0.9), sampler.TopP(1.0))
+
+
+def test_nan_logits_give_every_method_the_first_nans_id():
+  nan = jnp.nan
+  logits = jnp.asarray([[nan] * V,  # a diverged model: every logit NaN
+                        [0.0, 1.0, nan, 2.0, nan] + [0.0] * (V - 5),
+                        [0.0, 3.0] + [1.0] * (V - 2)])  # no NaN
+  for method in METHODS:
+    got = np.asarray(jax.jit(method)(logits, jax.random.key(0)))
+    # The first NaN's id, as jnp.argmax: never an id past the vocabulary
+    # (Greedy gave V, which decodes as no text and is no token to score).
+    np.testing.assert_array_equal(got[:2], [0, 2], err_msg=str(method))
+  np.testing.assert_array_equal(
+      jax.jit(sampler.Greedy())(logits, None), jnp.argmax(logits, axis=-1))
+
+
+def test_a_model_with_nan_params_samples_ids_in_the_vocabulary():
+  cfg, params = _plus_one_model()
+  params = jax.tree.map(lambda x: jnp.full_like(x, jnp.nan), params)
+  b = sampler.pad_left([[5, 6], [7]], buckets=(4,))
+  for method in (sampler.Greedy(), sampler.Temperature(1.0)):
+    out = sampler.sample(params, b.tokens, b.mask, jax.random.key(0),
+                         config=cfg, max_new_tokens=3, sampling=method)
+    tokens = np.asarray(out.tokens)
+    assert ((tokens >= 0) & (tokens < V)).all(), (method, tokens)
+    assert np.isnan(np.asarray(out.logprobs)).all()  # what callers check
+
+
+def test_generate_text_refuses_a_model_with_nan_logits():
+  tok = tokenizer_lib.train_tokenizer(["a b c d"] * 5, vocab_size=280)
+  cfg = testing.tiny_config(vocab_size=len(tok), max_position_embeddings=32,
+                            eos_token_ids=(tok.eos_token_id,))
+  params = model_lib.init_params(cfg, jax.random.key(0))
+  kw = dict(max_new_tokens=3, buckets=(8,))
+  assert len(sampler.generate_text(params, cfg, tok, ["a b"], **kw)) == 1
+  broken = dict(params, lm_head=jax.tree.map(
+      lambda x: x.at[0, 0].set(jnp.nan), params["lm_head"]))
+  with pytest.raises(ValueError, match="generate_text: 1 of 1 sampled "
+                     "replies have NaN or infinite log-probs") as e:
+    sampler.generate_text(broken, cfg, tok, ["a b"], **kw)
+  assert isinstance(e.value, sampler.NonFiniteLogitsError)
+  sampler.check_finite([[-1.0, -2.0], []], "fine")  # finite: no error
+  with pytest.raises(ValueError, match=r"x: 1 of 2 .*\(the first: reply 1\)"):
+    sampler.check_finite([[-1.0], [-1.0, float("-inf")]], "x")
 
 
 def test_compiles_once_per_bucket():
@@ -409,3 +458,21 @@ def test_sampler_stops_on_a_string_split_across_tokens():
                                              [21, 22, 23, 24, 25, 26]])
   np.testing.assert_array_equal(out.lengths, [3, 6, 6])
   np.testing.assert_array_equal(out.done, [True, False, False])
+
+
+def test_special_tokens_read_as_no_text_as_replies_are_decoded():
+  tok = tokenizer_lib.train_tokenizer(
+      ["<think>go</think><action>look</action> a b"] * 5, vocab_size=300)
+  user = tok.convert_tokens_to_ids(tokenizer_lib.USER)
+  enc = lambda text: tok.encode(text, add_special_tokens=False)
+  split = enc("</act") + [user] + enc("ion>") + enc("a")
+  assert tok.decode(split, skip_special_tokens=True) == "</action>a"
+  # It stops on "ion>", where the decoded text shows "</action>".
+  table = sampler.stop_string_table(tok, ["</action>"], len(tok))
+  np.testing.assert_array_equal(_first_stop(table, [split]),
+                                [len(enc("</act")) + len(enc("ion>"))])
+  # "user" is in the special token's own text only, not in the reply's.
+  inside = enc("look") + [user] + enc(" a b")
+  assert tok.decode(inside, skip_special_tokens=True) == "look a b"
+  table = sampler.stop_string_table(tok, ["user"], len(tok))
+  np.testing.assert_array_equal(_first_stop(table, [inside]), [-1])
