@@ -546,7 +546,8 @@ def parse_flags(argv):
   # --gin.NAME=VALUE too, as seed_jax.train takes them, in their order.
   args, rest = p.parse_known_args(gin_flags.in_order(argv))
   for arg in rest:
-    p.error(f"unrecognized argument {arg!r}")
+    p.error(f"unrecognized argument "
+            f"{gin_flags.as_written(arg, argv)!r}")
   return args
 
 

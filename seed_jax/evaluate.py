@@ -143,7 +143,7 @@ def evaluate_split(policy: rollout_lib.Policy, params, *, env_name: str,
 
   Raises:
     NonFiniteLogitsError: a reply sampled with NaN or infinite log-probs
-      (the params hold NaN or diverged); nothing is scored.
+      (the params hold NaN or diverged); no result is returned.
   """
   if num_tasks < 1:
     raise ValueError(f"evaluate_split needs num_tasks >= 1, got {num_tasks}")

@@ -618,7 +618,8 @@ def parse_flags(argv):
   # run's --gin.NAME=VALUE and --gin NAME=VALUE, in their order.
   known, rest = parser.parse_known_args(gin_flags.in_order(argv))
   for arg in rest:
-    parser.error(f"unrecognized argument {arg!r}")
+    parser.error(f"unrecognized argument "
+               f"{gin_flags.as_written(arg, argv)!r}")
   return known
 
 

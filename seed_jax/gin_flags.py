@@ -21,3 +21,12 @@ def in_order(argv: Sequence[str]) -> list[str]:
   the dotted ones after parsing put them after every `--gin NAME=VALUE`)."""
   return [f"--gin={arg[len(PREFIX):]}"
           if arg.startswith(PREFIX) and "=" in arg else arg for arg in argv]
+
+
+def as_written(arg: str, argv: Sequence[str]) -> str:
+  """An argument of `in_order(argv)` as the user wrote it in `argv`, for an
+  error message: "--gin=N=1" -> "--gin.N=1" where that was written."""
+  dotted = PREFIX + arg[len("--gin="):]
+  if arg.startswith("--gin=") and arg not in argv and dotted in argv:
+    return dotted
+  return arg

@@ -1,5 +1,7 @@
 """Both spellings of a gin binding reach gin in the order they were written."""
 
+import pytest
+
 from seed_jax import aot
 from seed_jax import experiments
 from seed_jax import gin_flags
@@ -23,3 +25,13 @@ def test_every_entry_point_keeps_the_order_gin_applies():
   assert experiments.parse_flags(["run", "--out=o", *MIXED]).gin == IN_ORDER
   assert aot.parse_flags(["--model=tiny", "--topology=v5p-8",
                           *MIXED]).gin == IN_ORDER
+
+
+def test_a_refused_dotted_binding_is_named_as_written(capsys):
+  """`status` takes no binding: the error names what was typed."""
+  with pytest.raises(SystemExit):
+    experiments.parse_flags(["status", "--out=o", "--gin.N=1"])
+  assert "unrecognized argument '--gin.N=1'" in capsys.readouterr().err
+  with pytest.raises(SystemExit):
+    experiments.parse_flags(["status", "--out=o", "--gin=N=1"])
+  assert "unrecognized argument '--gin=N=1'" in capsys.readouterr().err
