@@ -223,13 +223,25 @@ def test_sft_on_a_mesh_matches_one_device_with_sharded_state():
                                                       None)
   assert got["layers"]["q_kernel"].sharding.mesh == mesh
   assert not any(x.is_deleted() for x in jax.tree.leaves(placed))
-  # Two AdamW steps at 1e-2 move the weights by up to 1.5e-2; the mesh's
-  # other reduction order changes them by at most 3.7e-6 (measured).
+  # Two AdamW steps at 1e-2 move the weights by up to 1.5e-2. The mesh sums
+  # in another order, and AdamW divides each gradient by its own size, so a
+  # gradient that cancels to a small value can move its weight's update by a
+  # fraction of that update: measured, at most 3.7e-6 absolute on one CPU
+  # and, on another, 3.6e-5 on one gate_kernel element of 12,288 (0.4% of the
+  # 9.5e-3 it moved), every other leaf within 4.2e-6. So each weight must
+  # match to 1% of its own update (plus 1e-6 for those decay alone moves); a
+  # mesh that dropped or doubled part of the batch changes most updates by
+  # far more.
   moved = max(float(np.abs(np.asarray(a) - np.asarray(b)).max())
               for a, b in zip(jax.tree.leaves(want), jax.tree.leaves(params)))
   assert moved > 1e-3
-  jax.tree.map(lambda a, b: np.testing.assert_allclose(
-      np.asarray(a), np.asarray(b), rtol=0, atol=1e-5), got, want)
+
+  def close(path, g, w, p):
+    g, w, p = (np.asarray(x, np.float64) for x in (g, w, p))
+    excess = np.abs(g - w) - (1e-6 + 1e-2 * np.abs(w - p))
+    assert excess.max() <= 0, (jax.tree_util.keystr(path), float(
+        np.abs(g - w).max()), np.unravel_index(excess.argmax(), w.shape))
+  jax.tree_util.tree_map_with_path(close, got, want, params)
   np.testing.assert_allclose(report["train_loss"], want_report["train_loss"],
                              rtol=1e-6)
   np.testing.assert_allclose(report["val_loss"], want_report["val_loss"],
