@@ -109,3 +109,47 @@ def read_scalar_events(folder) -> list[tuple[str, int, float]]:
                  else v.simple_value)
         found.append((v.tag, int(event.step), value))
   return found
+
+
+def as_processes(monkeypatch, count: int, fn) -> list:
+  """Runs `fn(index)` in `count` threads that pass for the processes of one
+  run, and returns what each returned or raised, in process order.
+
+  `monkeypatch` (pytest's) patches jax.process_index and process_count and
+  distributed.allgather_objects and broadcast_object for the threads. A
+  thread that skips a collective its peers reach breaks it after 60 s
+  instead of hanging.
+  """
+  import threading  # pylint: disable=g-import-not-at-top
+  from seed_jax import distributed  # pylint: disable=g-import-not-at-top
+  local = threading.local()
+  barrier = threading.Barrier(count, timeout=60)
+  slots = [None] * count
+
+  def allgather(obj):
+    slots[local.index] = obj
+    barrier.wait()
+    out = list(slots)
+    barrier.wait()
+    return out
+
+  monkeypatch.setattr(jax, "process_count", lambda: count)
+  monkeypatch.setattr(jax, "process_index", lambda: local.index)
+  monkeypatch.setattr(distributed, "allgather_objects", allgather)
+  monkeypatch.setattr(distributed, "broadcast_object",
+                      lambda obj: allgather(obj)[0])
+  outcomes = [None] * count
+
+  def run(index):
+    local.index = index
+    try:
+      outcomes[index] = fn(index)
+    except BaseException as e:  # pylint: disable=broad-except
+      outcomes[index] = e
+
+  threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join()
+  return outcomes

@@ -818,46 +818,6 @@ def test_two_processes_ask_the_teacher_once(tmp_path):
   assert [g["calls"] for g in got] == [4, 0]
 
 
-def _as_processes(monkeypatch, count, fn):
-  """Runs `fn(index)` in `count` threads that pass for the processes of one
-  run (jax.process_index and process_count, distributed.allgather_objects
-  and broadcast_object); what each returned or raised, in process order."""
-  import threading  # pylint: disable=g-import-not-at-top
-  from seed_jax import distributed  # pylint: disable=g-import-not-at-top
-  local = threading.local()
-  # A process that skips a collective its peers reach breaks it (no hang).
-  barrier = threading.Barrier(count, timeout=60)
-  slots = [None] * count
-
-  def allgather(obj):
-    slots[local.index] = obj
-    barrier.wait()
-    out = list(slots)
-    barrier.wait()
-    return out
-
-  monkeypatch.setattr(jax, "process_count", lambda: count)
-  monkeypatch.setattr(jax, "process_index", lambda: local.index)
-  monkeypatch.setattr(distributed, "allgather_objects", allgather)
-  monkeypatch.setattr(distributed, "broadcast_object",
-                      lambda obj: allgather(obj)[0])
-  outcomes = [None] * count
-
-  def run(index):
-    local.index = index
-    try:
-      outcomes[index] = fn(index)
-    except BaseException as e:  # pylint: disable=broad-except
-      outcomes[index] = e
-
-  threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
-  for t in threads:
-    t.start()
-  for t in threads:
-    t.join()
-  return outcomes
-
-
 def test_processes_that_rolled_out_differently_are_not_paired(monkeypatch):
   """Process 0's replies went to every process's episodes by position: on a
   process whose environment raised (one episode fewer), a reply was paired
@@ -887,7 +847,7 @@ def test_processes_that_rolled_out_differently_are_not_paired(monkeypatch):
         generate, "household", num_tasks=2, group_size=2, max_steps=6,
         annotator=Teacher(), rng=jax.random.key(0), pool_factory=pool_factory)
 
-  outcomes = _as_processes(monkeypatch, 2, process)
+  outcomes = testing.as_processes(monkeypatch, 2, process)
   for got in outcomes:
     assert isinstance(got, RuntimeError), got
     assert re.search(r"rolled out different batches.*process 0: 4 episode\(s\) "
@@ -895,7 +855,7 @@ def test_processes_that_rolled_out_differently_are_not_paired(monkeypatch):
                      r"to annotate", str(got)), got
   assert asked == []
   # Alike on every process: annotated once, the same records everywhere.
-  outcomes = _as_processes(monkeypatch, 2, lambda index: process(0))
+  outcomes = testing.as_processes(monkeypatch, 2, lambda index: process(0))
   assert asked == [4]
   assert outcomes[0][0] == outcomes[1][0] and len(outcomes[0][0]) == 4
 

@@ -259,45 +259,6 @@ def test_not_enough_disk_is_one_line(tmp_path):
   assert not (tmp_path / "run" / "config.gin").exists()
 
 
-def _as_processes(monkeypatch, count, fn):
-  """Runs `fn(index)` in `count` threads that pass for the processes of one
-  run (jax.process_index and process_count, distributed.allgather_objects);
-  what each returned or raised, in process order."""
-  import threading  # pylint: disable=g-import-not-at-top
-  import jax  # pylint: disable=g-import-not-at-top
-  from seed_jax import distributed  # pylint: disable=g-import-not-at-top
-  local = threading.local()
-  # A process that skips a collective its peers reach breaks it (no hang).
-  barrier = threading.Barrier(count, timeout=60)
-  slots = [None] * count
-
-  def allgather(obj):
-    slots[local.index] = obj
-    barrier.wait()
-    out = list(slots)
-    barrier.wait()
-    return out
-
-  monkeypatch.setattr(jax, "process_count", lambda: count)
-  monkeypatch.setattr(jax, "process_index", lambda: local.index)
-  monkeypatch.setattr(distributed, "allgather_objects", allgather)
-  outcomes = [None] * count
-
-  def run(index):
-    local.index = index
-    try:
-      outcomes[index] = fn(index)
-    except BaseException as e:  # pylint: disable=broad-except
-      outcomes[index] = e
-
-  threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
-  for t in threads:
-    t.start()
-  for t in threads:
-    t.join()
-  return outcomes
-
-
 def test_a_check_refused_on_any_process_is_raised_on_every_one(
     monkeypatch):
   def check_with(errors):  # process i's check raises errors[i], if any
@@ -308,13 +269,15 @@ def test_a_check_refused_on_any_process_is_raised_on_every_one(
       return train.check_on_every_process(check)
     return process
 
-  assert _as_processes(monkeypatch, 3, check_with({})) == [None] * 3
+  assert testing.as_processes(monkeypatch, 3, check_with({})) == [None] * 3
   full = OSError(errno.ENOSPC, "only 5.0 MiB free in /w")
-  for e in _as_processes(monkeypatch, 3, check_with({1: full, 2: full})):
+  outcomes = testing.as_processes(monkeypatch, 3,
+                                  check_with({1: full, 2: full}))
+  for e in outcomes:
     assert isinstance(e, OSError) and e.errno == errno.ENOSPC, e
     assert str(e) == "[Errno 28] processes 1, 2: only 5.0 MiB free in /w"
   unwritable = PermissionError("checkpoint directory /w is not writable")
-  for e in _as_processes(monkeypatch, 2, check_with({0: unwritable})):
+  for e in testing.as_processes(monkeypatch, 2, check_with({0: unwritable})):
     assert isinstance(e, OSError), e
     assert str(e) == "process 0: checkpoint directory /w is not writable"
 
@@ -342,10 +305,11 @@ def test_a_process_short_of_space_stops_every_process_before_the_policy(
     return shutil._ntuple_diskusage(100 << 30, (100 << 30) - free, free)  # pylint: disable=protected-access
 
   monkeypatch.setattr(shutil, "disk_usage", disk_usage)
-  outcomes = _as_processes(monkeypatch, 2, lambda index: train.train(
-      str(workdir), policy_fn=policy_fn, mesh_shape=(1, -1, 1),
-      rl=trainer.RLConfig(num_groups=2, group_size=4, mini_batch_size=8,
-                          micro_batches=1)))
+  outcomes = testing.as_processes(
+      monkeypatch, 2, lambda index: train.train(
+          str(workdir), policy_fn=policy_fn, mesh_shape=(1, -1, 1),
+          rl=trainer.RLConfig(num_groups=2, group_size=4, mini_batch_size=8,
+                              micro_batches=1)))
   assert not built
   for e in outcomes:
     assert isinstance(e, OSError) and e.errno == errno.ENOSPC, outcomes
