@@ -587,16 +587,29 @@ def test_a_kept_report_of_other_settings_is_named(tmp_path, monkeypatch):
   assert scored == []
 
 
-def test_markers_out_of_order_are_refused_and_nothing_written(
-    tmp_path, monkeypatch):
+def _one_grpo_run(tmp_path, monkeypatch=None):
+  """`(out, scored)`: an experiment folder under `tmp_path` with one run,
+  grpo/seed0, whose metrics hold update 0.
+
+  With `monkeypatch`, the status file plans that run for 100 updates and
+  scoring is faked (`scored` lists what was scored). Without it there is no
+  status file and `scored` is None."""
   out = tmp_path / "exp"
   (out / "grpo" / "seed0").mkdir(parents=True)
   (out / "grpo" / "seed0" / "metrics.jsonl").write_text(json.dumps(
       {"update": 0, "eval/seen/success": 0.5,
        "eval/unseen/success": 0.25}) + "\n")
+  if monkeypatch is None:
+    return out, None
   scored = _fake_scoring(monkeypatch, {("grpo", 0): 100})
   (out / runner.STATUS).write_text(json.dumps(dict(runs={"grpo/seed0": dict(
       method="grpo", seed=0, num_updates=100, command="python -m ...")})))
+  return out, scored
+
+
+def test_markers_out_of_order_are_refused_and_nothing_written(
+    tmp_path, monkeypatch):
+  out, scored = _one_grpo_run(tmp_path, monkeypatch)
   md = tmp_path / "results.md"
   for command, begin, end in (
       ("summarize", experiments.BEGIN, experiments.END),
@@ -621,11 +634,7 @@ def test_markers_out_of_order_are_refused_and_nothing_written(
 
 
 def test_md_without_a_suffix_is_refused(tmp_path, capsys):
-  out = tmp_path / "exp"
-  (out / "grpo" / "seed0").mkdir(parents=True)
-  (out / "grpo" / "seed0" / "metrics.jsonl").write_text(json.dumps(
-      {"update": 0, "eval/seen/success": 0.5,
-       "eval/unseen/success": 0.25}) + "\n")
+  out, _ = _one_grpo_run(tmp_path)
   notes = tmp_path / "NOTES"
   notes.write_text("hand-written\n")
   (tmp_path / "docs").mkdir()
@@ -641,14 +650,7 @@ def test_md_without_a_suffix_is_refused(tmp_path, capsys):
 
 def test_evaluate_md_that_is_a_folder_is_refused_before_any_work(
     tmp_path, monkeypatch):
-  out = tmp_path / "exp"
-  (out / "grpo" / "seed0").mkdir(parents=True)
-  (out / "grpo" / "seed0" / "metrics.jsonl").write_text(json.dumps(
-      {"update": 0, "eval/seen/success": 0.5,
-       "eval/unseen/success": 0.25}) + "\n")
-  scored = _fake_scoring(monkeypatch, {("grpo", 0): 100})
-  (out / runner.STATUS).write_text(json.dumps(dict(runs={"grpo/seed0": dict(
-      method="grpo", seed=0, num_updates=100, command="python -m ...")})))
+  out, scored = _one_grpo_run(tmp_path, monkeypatch)
   docs = tmp_path / "docs"
   docs.mkdir()
   with pytest.raises(SystemExit, match=f"^error: --md={re.escape(str(docs))}"

@@ -450,14 +450,20 @@ def test_complete_many_empty():
   assert teacher.complete_many([]) == []
 
 
-def test_annotate_many_returns_partial_results_when_endpoint_fails(server):
+def _down_after_two(server, second):
+  """`(teacher, error)` after annotating "a", `second`, then two requests
+  the endpoint fails (the fourth may start or not) with one retry."""
   teacher = _teacher(server.base_url, max_concurrency=1, max_retries=1)
-  tasks = ["a", "GARBAGE b", "FAIL3 c", "FAIL3 d"]  # d may start or not
+  tasks = ["a", second, "FAIL3 c", "FAIL3 d"]
   with pytest.raises(TeacherUnavailableError) as info:
     teacher.annotate_many([_episode(t) for t in tasks])
-  err = info.value
+  assert info.value.completed == [True, True, False, False]
+  return teacher, info.value
+
+
+def test_annotate_many_returns_partial_results_when_endpoint_fails(server):
+  teacher, err = _down_after_two(server, "GARBAGE b")
   assert [_why(p) for p in err.partial] == [_GOOD, "no_json", None, None]
-  assert err.completed == [True, True, False, False]
   assert (err.status, err.attempts) == (500, 2)
   assert teacher.stats.as_dict()["parsed"] == 1
 
@@ -465,13 +471,8 @@ def test_annotate_many_returns_partial_results_when_endpoint_fails(server):
 def test_a_request_refused_before_an_outage_is_completed_as_rejected(server):
   """A refusal was a gap in `.partial` (None, `.completed` False): counted
   as never answered, and not in `stats`, though `rejected` counted it."""
-  teacher = _teacher(server.base_url, max_concurrency=1, max_retries=1)
-  tasks = ["a", "REJECT b", "FAIL3 c", "FAIL3 d"]  # d may start or not
-  with pytest.raises(TeacherUnavailableError) as info:
-    teacher.annotate_many([_episode(t) for t in tasks])
-  err = info.value
+  teacher, err = _down_after_two(server, "REJECT b")
   assert [_why(p) for p in err.partial] == [_GOOD, "rejected", None, None]
-  assert err.completed == [True, True, False, False]
   assert "context length exceeded" in err.partial[1].detail
   assert teacher.rejected == 1
   assert teacher.stats.as_dict() == {"parsed": 1, "failed": 1,
