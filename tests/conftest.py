@@ -13,6 +13,26 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+# The tests' models are tiny: XLA's compile time outweighs their run time,
+# so tests (and the processes they start) compile with LLVM's optimization
+# level 0. JAX_DISABLE_MOST_OPTIMIZATIONS=0 runs them fully optimized.
+os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
+
+import atexit  # pylint: disable=g-import-not-at-top,wrong-import-position
+import shutil  # pylint: disable=g-import-not-at-top,wrong-import-position
+import tempfile  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+# Many tests compile the same programs (the same tiny policy at the same
+# shapes) under new jit closures, in this process and in the processes they
+# start: one compilation cache for the session compiles each once. A size cap
+# turns on the cache's file lock, which keeps the processes' reads and writes
+# apart. It is removed at exit.
+_COMPILE_CACHE = tempfile.mkdtemp(prefix="seed_jax_test_xla_")
+atexit.register(shutil.rmtree, _COMPILE_CACHE, ignore_errors=True)
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", _COMPILE_CACHE)
+os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(4 << 30))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
 import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
 
