@@ -1,6 +1,7 @@
 """Tests for the learning phase's options in seed_jax.trainer: GiGPO step
 advantages and critical-step skills."""
 
+import functools
 import json
 import logging
 
@@ -218,12 +219,21 @@ def test_rollouts_at_a_temperature_are_scored_and_trained_at_it(policy):
   assert metrics["logp_agreement"] < 1e-4, metrics["logp_agreement"]
   rows = np.flatnonzero(batch["response_mask"].sum(1))[:3]
   assert len(rows) == 3
-  for i in rows:
-    prompt = batch["prompts"][i][batch["prompt_mask"][i].astype(bool)]
+  # The rows' prompt + response without padding, left-padded into one batch.
+  seqs = [np.concatenate([
+      batch["prompts"][i][batch["prompt_mask"][i].astype(bool)],
+      batch["responses"][i, :int(batch["response_mask"][i].sum())]])
+          for i in rows]
+  width = max(len(q) for q in seqs)
+  ids = np.zeros((len(rows), width), np.int32)
+  mask = np.zeros_like(ids)
+  for j, q in enumerate(seqs):
+    ids[j, width - len(q):], mask[j, width - len(q):] = q, 1
+  logits = jax.jit(functools.partial(model_lib.apply, config=policy.config))(
+      policy.params, ids, mask)
+  for j, i in enumerate(rows):
     n = int(batch["response_mask"][i].sum())
-    seq = np.concatenate([prompt, batch["responses"][i, :n]])[None]
-    lg = model_lib.apply(policy.params, seq, np.ones_like(seq),
-                         config=policy.config)[0, len(prompt) - 1:-1]
+    lg = logits[j, width - n - 1:width - 1]
     naive = {temp: np.take_along_axis(
         np.asarray(jax.nn.log_softmax(lg / temp, axis=-1)),
         batch["responses"][i, :n, None], axis=-1)[:, 0] for temp in (T, 1.0)}
