@@ -428,8 +428,8 @@ def rescore(out: str, *, num_tasks: int = 256, seed: int = 12345,
 
 def _read_report(path: str) -> dict[str, Any]:
   """An evaluation report; a damaged one (it does not parse, lacks a field
-  the table reads, or its per-task outcomes are not strings of 0s and 1s)
-  is an error that names it."""
+  the table reads (`results.report_problem`), or its per-task outcomes are
+  not strings of 0s and 1s) is an error that names it."""
   recover = ("evaluate writes reports whole, so it was damaged: delete it and "
              "rerun to score that checkpoint again")
   try:
@@ -437,20 +437,10 @@ def _read_report(path: str) -> dict[str, Any]:
       report = json.load(f)
   except ValueError as e:
     raise ValueError(f"{path} does not parse ({e}); {recover}") from None
-  if not isinstance(report, dict):
-    raise ValueError(f"{path} holds a {type(report).__name__}, not a report; "
-                     f"{recover}")
-  missing = [k for k in ("step", "metrics", "num_tasks", "seed", "temperature")
-             if k not in report]
-  if missing:
-    raise ValueError(f"{path} has no {', '.join(missing)}; {recover}")
-  if not isinstance(report["metrics"], dict):
-    raise ValueError(f"{path} has metrics {report['metrics']!r:.80}, not a "
-                     f"dict; {recover}")
+  problem = results.report_problem(report)
+  if problem:
+    raise ValueError(f"{path} {problem}; {recover}")
   per_task = report.get("per_task", {})
-  if not isinstance(per_task, dict):
-    raise ValueError(f"{path} has per_task {per_task!r:.80}, not outcomes by "
-                     f"split; {recover}")
   for split, outcomes in per_task.items():
     try:
       results.check_outcomes(outcomes)

@@ -46,7 +46,7 @@ from seed_jax.results_tables import table_lines
 
 __all__ = [  # `results_tables`'s too: callers use `results.markdown`, ...
     "SPLITS", "FRACTIONS", "EPISODE", "DIAGNOSTICS", "SKILL_DIAGNOSTICS",
-    "REPORT_KEYS", "read_metrics", "mean_std", "cumulative_env_steps",
+    "REPORT_KEYS", "report_problem", "read_metrics", "mean_std", "cumulative_env_steps",
     "evaluations", "summarize", "check_outcomes", "by_task", "rescored",
     "csv_text", "efficiency_rows", "final_rows", "markdown", "pct",
     "plot_curves", "rescored_markdown", "table_lines"]
@@ -417,7 +417,7 @@ def by_task(pairs: Sequence[tuple[str, str]]) -> dict[str, Any] | None:
 REPORT_KEYS = ("step", "num_tasks", "seed", "temperature", "metrics")
 
 
-def _report_problem(report: Any) -> str | None:
+def report_problem(report: Any) -> str | None:
   """What a damaged evaluation report lacks that `rescored` reads, or None.
 
   Example: a report whose metrics have no unseen success -> "has no
@@ -499,7 +499,7 @@ def rescored(reports: Mapping[str, Mapping[int, Mapping[str, Mapping[
       share it).
   """
   for name, report in _named_reports(reports):
-    problem = _report_problem(report)
+    problem = report_problem(report)
     if problem is not None:
       if isinstance(report, dict) and "workdir" in report:
         name += f" (in {report['workdir']}/eval, update {report.get('step')})"

@@ -459,7 +459,8 @@ def test_run_skips_finished_runs_status_and_summary(tmp_path, capsys,
 def test_a_report_with_damaged_outcomes_is_named(tmp_path, per_task, named):
   read = experiments._read_report  # pylint: disable=protected-access
   path = tmp_path / "step_2_tasks4_seed0_temp0.4.json"
-  report = dict(step=2, num_tasks=4, seed=0, temperature=0.4, metrics={},
+  report = dict(step=2, num_tasks=4, seed=0, temperature=0.4,
+                metrics={"eval/seen/success": 0.5, "eval/unseen/success": 0.5},
                 per_task={"seen": "0110", "unseen": "0011"})
   path.write_text(json.dumps(report))
   assert read(str(path)) == report
@@ -472,15 +473,23 @@ def test_a_report_with_damaged_outcomes_is_named(tmp_path, per_task, named):
                                "again")
 
 
-@pytest.mark.parametrize("field", ["step", "metrics", "temperature"])
+@pytest.mark.parametrize("field", ["step", "metrics", "temperature",
+                                   "eval/unseen/success"])
 def test_a_report_without_a_field_is_named(tmp_path, field):
+  """A report without a split's success was read here and refused only
+  later, by the rescored table."""
   path = tmp_path / "step_2_tasks4_seed0_temp0.4.json"
   report = dict(step=2, num_tasks=4, seed=0, temperature=0.4,
-                metrics={"eval/seen/success": 0.5})
-  del report[field]
+                metrics={"eval/seen/success": 0.5, "eval/unseen/success": 0.5})
+  named = field
+  if field.startswith("eval/"):
+    del report["metrics"][field]
+    named = f"metrics['{field}']"
+  else:
+    del report[field]
   path.write_text(json.dumps(report))
   with pytest.raises(ValueError, match=rf"^{re.escape(str(path))} has no "
-                     rf"{field}; .*delete it and rerun"):
+                     rf"{re.escape(named)}; .*delete it and rerun"):
     experiments._read_report(str(path))  # pylint: disable=protected-access
 
 
@@ -579,7 +588,8 @@ def test_a_kept_report_of_other_settings_is_named(tmp_path, monkeypatch):
   os.makedirs(os.path.dirname(path))
   with open(path, "w") as f:
     json.dump(dict(step=0, num_tasks=256, seed=12345, temperature=0.4000001,
-                   metrics={"eval/seen/success": 0.5}), f)
+                   metrics={"eval/seen/success": 0.5,
+                            "eval/unseen/success": 0.5}), f)
   with pytest.raises(SystemExit, match=re.escape(
       f"{path} was made with {{'temperature': 0.4000001}}, not "
       "{'temperature': 0.4}: delete it and rerun")):
