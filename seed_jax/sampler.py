@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from seed_jax import model as model_lib
+from seed_jax import token_ids
 
 
 # ---------------------------------------------------------------------------
@@ -160,11 +161,11 @@ def _match_step(table: jax.Array, matched: jax.Array, token: jax.Array
 
 def _check_prompts(params, prompts, mask, rng, *, config, **kwargs):
   del params, rng, kwargs
-  model_lib.check_token_ids(config.vocab_size, {"prompts": prompts},
+  token_ids.check_token_ids(config.vocab_size, {"prompts": prompts},
                             {"prompts": mask})
 
 
-@model_lib.host_checked(_check_prompts)
+@token_ids.host_checked(_check_prompts)
 @functools.partial(
     jax.jit,
     static_argnames=("config", "max_new_tokens", "sampling", "eos_ids",

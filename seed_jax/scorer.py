@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from seed_jax import model as model_lib
+from seed_jax import token_ids
 
 
 def _chunked_logp(params, hidden, targets, *, config, chunk: int,
@@ -60,8 +61,8 @@ def _chunked_logp(params, hidden, targets, *, config, chunk: int,
 
 
 def _check_ids(config, **arrays) -> None:
-  """`model_lib.check_token_ids` on name=(ids, mask) pairs."""
-  model_lib.check_token_ids(config.vocab_size,
+  """`token_ids.check_token_ids` on name=(ids, mask) pairs."""
+  token_ids.check_token_ids(config.vocab_size,
                             {k: v[0] for k, v in arrays.items()},
                             {k: v[1] for k, v in arrays.items()})
 
@@ -118,7 +119,7 @@ def _check_dual(params, prompts_a, mask_a, prompts_b, mask_b, responses,
              responses=(responses, response_mask))
 
 
-@model_lib.host_checked(_check_single)
+@token_ids.host_checked(_check_single)
 @functools.partial(jax.jit, static_argnames=("config", "chunk", "temperature"))
 def score(params, prompts, prompt_mask, responses, response_mask, *,
           config: model_lib.ModelConfig, chunk: int = 64,
@@ -128,7 +129,7 @@ def score(params, prompts, prompt_mask, responses, response_mask, *,
                       config=config, chunk=chunk, temperature=temperature)[0]
 
 
-@model_lib.host_checked(_check_dual)
+@token_ids.host_checked(_check_dual)
 @functools.partial(jax.jit, static_argnames=("config", "chunk", "temperature"))
 def score_dual(params, prompts_a, mask_a, prompts_b, mask_b, responses,
                response_mask, *, config: model_lib.ModelConfig,

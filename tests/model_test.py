@@ -12,6 +12,7 @@ import pytest
 from seed_jax import hf
 from seed_jax import model as model_lib
 from seed_jax import testing
+from seed_jax import token_ids
 from tests import hf_reference
 
 CASES = {
@@ -621,9 +622,9 @@ def test_a_shape_dtype_struct_reaches_jit_s_own_error_not_the_id_check():
   and the call fails with jit's error naming the argument, not a TypeError
   from comparing the struct with 0."""
   shape = jax.ShapeDtypeStruct((2, 3), jnp.int32)
-  assert model_lib.check_token_ids(10, {"ids": shape}, {"ids": shape}) is None
-  checked = model_lib.host_checked(
-      lambda ids: model_lib.check_token_ids(10, {"ids": ids}))(
+  assert token_ids.check_token_ids(10, {"ids": shape}, {"ids": shape}) is None
+  checked = token_ids.host_checked(
+      lambda ids: token_ids.check_token_ids(10, {"ids": ids}))(
           jax.jit(lambda ids: ids + 1))
   with pytest.raises(TypeError, match="Argument 'ids' of shape int32"
                      r"\[2,3\] of type .*ShapeDtypeStruct.* is not a valid"):
