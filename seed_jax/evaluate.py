@@ -139,7 +139,8 @@ def evaluate_split(policy: rollout_lib.Policy, params, *, env_name: str,
      by an environment error (counted as failures), "responses_truncated"
      and "responses_truncated/<family>": the share of replies cut at the
      policy's max_new_tokens (no EOS or stop string: a reply that fails its
-     step for want of tokens)}.
+     step for want of tokens), left out where there were no replies (every
+     episode's reset failed)}.
 
   Raises:
     NonFiniteLogitsError: a reply sampled with NaN or infinite log-probs
@@ -153,6 +154,7 @@ def evaluate_split(policy: rollout_lib.Policy, params, *, env_name: str,
   cut: dict[str, list[bool]] = collections.defaultdict(list)  # per reply
   errors = 0
   done = 0
+  outcomes = []  # per task, in task order
   while done < num_tasks:
     groups = min(batch_groups, num_tasks - done)
     pool = envs_base.EnvPool(env_name, num_groups=groups, group_size=1,
@@ -170,8 +172,7 @@ def evaluate_split(policy: rollout_lib.Policy, params, *, env_name: str,
       wins[ep.family].append(ep.success)
       cut[ep.family] += [st.truncated for st in ep.steps]
       errors += ep.error is not None
-      if per_task is not None:
-        per_task.append(int(ep.success))
+      outcomes.append(int(ep.success))
     done += groups
     if done < num_tasks:  # progress on long evaluations
       logging.info("evaluate %s: %d/%d tasks, success so far %.3f", split,
@@ -181,24 +182,23 @@ def evaluate_split(policy: rollout_lib.Policy, params, *, env_name: str,
     logging.warning("evaluate %s: %d of %d episodes ended because the "
                     "environment raised; they count as failures", split,
                     errors, done)
+  if per_task is not None:
+    per_task.extend(outcomes)
   replies = [c for v in cut.values() for c in v]
   if any(replies):
     logging.warning("evaluate %s: %d of %d replies cut at max_new_tokens "
                     "(neither EOS nor a stop string)", split, sum(replies),
                     len(replies))
   out = {"success": float(np.mean([w for v in wins.values() for w in v])),
-         "tasks": float(done), "env_errors": float(errors),
-         "responses_truncated": _share(replies)}
+         "tasks": float(done), "env_errors": float(errors)}
+  if replies:
+    out["responses_truncated"] = float(np.mean(replies))
   for fam, v in sorted(wins.items()):
     out[f"success/{fam}"] = float(np.mean(v))
     out[f"tasks/{fam}"] = float(len(v))
-    out[f"responses_truncated/{fam}"] = _share(cut[fam])
+    if cut[fam]:
+      out[f"responses_truncated/{fam}"] = float(np.mean(cut[fam]))
   return out
-
-
-def _share(flags: Sequence[bool]) -> float:
-  """The share of True among `flags` (0 for none)."""
-  return float(np.mean(flags)) if len(flags) else 0.0
 
 
 def _finite(gens: list[rollout_lib.Generation], what: str
@@ -347,7 +347,8 @@ def rows(metrics: dict[str, float]) -> list[dict[str, Any]]:
          "responses_truncated": 0.25},
         {"split": "seen", "family": "heat", "success": 1.0, "tasks": 2,
          "responses_truncated": None}, ...]
-    (None: not in the dict, as in reports written before it was counted).
+    (None: not in the dict, as where a family had no replies or in reports
+    written before it was counted).
   """
   out = []
   for split in (s[5:] for s in SPLITS):

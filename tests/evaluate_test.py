@@ -354,6 +354,22 @@ def test_per_task_outcomes_follow_the_task_order(monkeypatch):
   assert out["success"] == pytest.approx(3 / 7)
   assert out["tasks/heat"] + out["tasks/cool"] == 7
 
+  # A later batch that raises (a NaN reply) leaves per_task as it was.
+  def second_batch_fails(gen, pool, rng, *, group_seeds, **kw):
+    if played:
+      raise ValueError("evaluate eval_unseen: 1 of 3 sampled replies have "
+                       "NaN or infinite log-probs")
+    return fake_rollout(gen, pool, rng, group_seeds=group_seeds, **kw)
+
+  played.clear()
+  monkeypatch.setattr(evaluate.rollout_lib, "rollout", second_batch_fails)
+  per_task = [1]
+  with pytest.raises(ValueError, match="NaN"):
+    evaluate.evaluate_split(None, None, env_name="household",
+                            split="eval_unseen", num_tasks=7, max_steps=1,
+                            batch_groups=3, per_task=per_task)
+  assert played and per_task == [1]
+
 
 def test_replies_cut_at_max_new_tokens_are_reported(monkeypatch):
   """Per split and family, the share of replies (steps) cut at the budget."""
@@ -381,6 +397,43 @@ def test_replies_cut_at_max_new_tokens_are_reported(monkeypatch):
   [row] = [r for r in evaluate.rows(metrics)
            if (r["split"], r["family"]) == ("unseen", "heat")]
   assert row["responses_truncated"] == 0.25
+
+
+def test_a_family_without_replies_has_no_truncation_share(monkeypatch):
+  """Where every episode's reset failed there were no replies: no share of
+  them is reported (not 0), and the CSV row leaves it empty."""
+  import types  # pylint: disable=g-import-not-at-top
+
+  def fake_rollout(gen, pool, rng, *, group_seeds, **kw):
+    del gen, pool, rng, kw
+    return types.SimpleNamespace(episodes=[types.SimpleNamespace(
+        family="heat" if i % 2 else "cool", success=False,
+        error=None if i % 2 else "reset failed",
+        steps=[types.SimpleNamespace(truncated=True)] if i % 2 else [])
+        for i in group_seeds])
+
+  monkeypatch.setattr(evaluate.rollout_lib, "rollout", fake_rollout)
+  monkeypatch.setattr(evaluate.envs_base, "split_seeds",
+                      lambda split, n, start: list(range(start, start + n)))
+  out = evaluate.evaluate_split(None, None, env_name="household",
+                                split="eval_seen", num_tasks=4, max_steps=3)
+  assert out["responses_truncated/heat"] == 1.0
+  assert "responses_truncated/cool" not in out and out["tasks/cool"] == 2
+  assert out["responses_truncated"] == 1.0
+  metrics = {f"eval/{split}/{k}": v for k, v in out.items()
+             for split in ("seen", "unseen")}
+  [row] = [r for r in evaluate.rows(metrics)
+           if (r["split"], r["family"]) == ("seen", "cool")]
+  assert row["responses_truncated"] is None
+  assert "seen,cool,0.0,2,\n" in evaluate.csv_text([row])
+
+  # No replies at all: no overall share either.
+  monkeypatch.setattr(evaluate.envs_base, "split_seeds",
+                      lambda split, n, start: [0, 2][start:start + n])
+  out = evaluate.evaluate_split(None, None, env_name="household",
+                                split="eval_seen", num_tasks=2, max_steps=3)
+  assert out["env_errors"] == 2.0 and out["success"] == 0.0
+  assert not [k for k in out if k.startswith("responses_truncated")]
 
 
 def test_a_policy_with_nan_logits_is_refused():
