@@ -23,13 +23,15 @@ import shutil  # pylint: disable=g-import-not-at-top,wrong-import-position
 import tempfile  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 # Many tests compile the same programs (the same tiny policy at the same
-# shapes) under new jit closures, in this process and in the processes they
-# start: one compilation cache for the session compiles each once. A size cap
-# turns on the cache's file lock, which keeps the processes' reads and writes
-# apart. It is removed at exit.
-_COMPILE_CACHE = tempfile.mkdtemp(prefix="seed_jax_test_xla_")
-atexit.register(shutil.rmtree, _COMPILE_CACHE, ignore_errors=True)
-os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", _COMPILE_CACHE)
+# shapes) under new jit closures, in this process, in pytest-xdist's workers
+# and in the processes tests start: one compilation cache for the session
+# compiles each once. The process that makes it (pytest's main one) removes it
+# at exit; the others inherit it through the environment. A size cap turns on
+# the cache's file lock, which keeps the processes' reads and writes apart.
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+  _COMPILE_CACHE = tempfile.mkdtemp(prefix="seed_jax_test_xla_")
+  atexit.register(shutil.rmtree, _COMPILE_CACHE, ignore_errors=True)
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = _COMPILE_CACHE
 os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(4 << 30))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
