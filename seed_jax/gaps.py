@@ -19,7 +19,13 @@ Kinds (`token_kinds`):
   "action place": the object of a "go to" action;
   "other action": the rest of the text inside <action> </action>;
   "other": reasoning, tags and everything else.
-The OPD gate of a token is sigmoid(beta * gap), so only tokens with a
+The same gap is also split by the step's phase (`step_phases`): "before
+take", the steps before the episode's first valid "take" (in the household
+game, the search for the object), and "from take", that step and the rest
+(carrying out the task). A hindsight workflow names the place a success found
+its object, so it can lower that success's earlier searches elsewhere and
+still raise the steps that carried the task out: the phases tell the two
+apart. The OPD gate of a token is sigmoid(beta * gap), so only tokens with a
 positive gap are pulled up more than average.
 """
 
@@ -78,6 +84,23 @@ def token_kinds(pieces: Sequence[str]) -> list[str]:
   return kinds
 
 
+PHASES = ("before take", "from take")
+
+
+def step_phases(steps: Sequence[Any]) -> list[str]:
+  """The phase of each step of an episode (`episodes.Step`s): "before take"
+  up to its first valid action that starts with "take ", "from take" from
+  that step on (every step is "before take" in an episode that took nothing).
+
+  Example: actions "go to cabinet 1", "take mug 1 from cabinet 1" (valid),
+  "go to sinkbasin 1" -> "before take", "from take", "from take".
+  """
+  first = next((i for i, st in enumerate(steps)
+                if st.action_valid and st.action.startswith("take ")),
+               len(steps))
+  return [PHASES[i >= first] for i in range(len(steps))]
+
+
 def gap_table(rows: Sequence[tuple[Sequence[str], np.ndarray, bool]], *,
               beta: float) -> dict[str, dict[str, float]]:
   """Statistics of the gap per (kind, outcome).
@@ -106,7 +129,8 @@ def gap_table(rows: Sequence[tuple[Sequence[str], np.ndarray, bool]], *,
 
 def breakdown(rl_trainer, params, rng, *, batches: int,
               update_offset: int = 1000) -> dict[str, Any]:
-  """Rolls out, analyzes and scores `batches` batches; the `gap_table`.
+  """Rolls out, analyzes and scores `batches` batches; `gap_table`s by token
+  kind ("cells") and by step phase ("phases", see `step_phases`).
 
   `rl_trainer.rl` must analyze (variant "seed" or "opid") and have
   kl_coef = 0: no reference pass is made.
@@ -117,7 +141,7 @@ def breakdown(rl_trainer, params, rng, *, batches: int,
                      f"kl_coef=0, got variant={rl_trainer.rl.variant!r}, "
                      f"kl_coef={rl_trainer.rl.kl_coef}")
   state = rl_trainer.create_state(params)
-  rows, parsed = [], []
+  rows, by_phase, parsed = [], [], []
   for b in range(batches):
     c = rl_trainer.collect(state.params, jax.random.fold_in(rng, b),
                            update_index=update_offset + b)
@@ -130,12 +154,16 @@ def breakdown(rl_trainer, params, rng, *, batches: int,
       n = len(s.response_ids)
       gap = batch["skill_logp"][i, :n] - batch["old_logp"][i, :n]
       kinds = token_kinds([decode([t]) for t in s.response_ids])
-      rows.append((kinds, gap, bool(c.episodes[s.traj_uid].success)))
+      ep = c.episodes[s.traj_uid]
+      rows.append((kinds, gap, bool(ep.success)))
+      by_phase.append(([step_phases(ep.steps)[s.step]] * n, gap,
+                       bool(ep.success)))
     logging.info("gaps: batch %d/%d, %d analyzed samples so far", b + 1,
                  batches, len(rows))
   return {"batches": batches, "analyzed_samples": len(rows),
           "analyses_parsed": float(np.mean(parsed)) if parsed else 0.0,
-          "cells": gap_table(rows, beta=rl_trainer.rl.opd_beta)}
+          "cells": gap_table(rows, beta=rl_trainer.rl.opd_beta),
+          "phases": gap_table(by_phase, beta=rl_trainer.rl.opd_beta)}
 
 
 def main(argv=None) -> dict[str, Any]:
@@ -196,7 +224,7 @@ def main(argv=None) -> dict[str, Any]:
                 analyzer=args.analyzer)
   print(f"{'kind/outcome':26s} {'tokens':>7s} {'mean gap':>9s} {'> 0.5':>6s} "
         f"{'< -0.5':>7s} {'gate':>6s}")
-  for key, c in report["cells"].items():
+  for key, c in [*report["cells"].items(), *report["phases"].items()]:
     print(f"{key:26s} {c['tokens']:7.0f} {c['mean_gap']:+9.3f} "
           f"{c['above_0.5']:6.2f} {c['below_-0.5']:7.2f} "
           f"{c['mean_gate']:6.3f}")

@@ -44,6 +44,18 @@ def test_token_kinds_of_tags_split_into_pieces():
       ["other"] * 4 + ["reasoning place"] * 2 + ["other"] * 5
       + ["other action"] * 2 + ["action place"] * 2 + ["other"] * 3)
 
+def test_step_phases_split_at_the_first_valid_take():
+  step = lambda action, valid=True: types.SimpleNamespace(
+      action=action, action_valid=valid)
+  steps = [step("go to cabinet 1"), step("take mug 1 from cabinet 1", False),
+           step("take mug 1 from cabinet 2"), step("go to sinkbasin 1"),
+           step("take apple 1 from sinkbasin 1")]
+  assert gaps.step_phases(steps) == ["before take"] * 2 + ["from take"] * 3
+  # Nothing taken (or an invalid take only): every step is before it.
+  assert gaps.step_phases(steps[:2]) == ["before take"] * 2
+  assert gaps.step_phases([]) == []
+
+
 def test_gap_table_counts_cells_and_gates():
   rows = [(["other", "action place"], np.asarray([-1.0, 1.0]), True),
           (["action place"], np.asarray([0.0]), False)]
@@ -188,6 +200,14 @@ def test_gaps_cli_with_the_rules_as_analyst(tiny_run, tmp_path, monkeypatch):
   assert report["analyzer"] == "rules" and written
   assert report["analyses_parsed"] == 1.0
   assert report["analyzed_samples"] > 0
+  # The phases split the same tokens as the token kinds, by outcome.
+  for outcome in ("success", "failure"):
+    assert sum(c["tokens"] for k, c in report["cells"].items()
+               if k.endswith(outcome)) == sum(
+                   c["tokens"] for k, c in report["phases"].items()
+                   if k.endswith(outcome))
+  assert {k.split("/")[0] for k in report["phases"]} <= set(gaps.PHASES)
+  assert report["phases"]
   with open(os.path.join(run_dir, "gaps_rules.json")) as f:
     assert json.load(f)["analyzer"] == "rules"
   assert not os.path.exists(os.path.join(run_dir, "gaps.json"))
