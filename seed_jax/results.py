@@ -46,10 +46,10 @@ from seed_jax.results_tables import table_lines
 
 __all__ = [  # `results_tables`'s too: callers use `results.markdown`, ...
     "SPLITS", "FRACTIONS", "EPISODE", "DIAGNOSTICS", "SKILL_DIAGNOSTICS",
-    "REPORT_KEYS", "report_problem", "read_metrics", "mean_std", "cumulative_env_steps",
-    "evaluations", "summarize", "check_outcomes", "by_task", "rescored",
-    "csv_text", "efficiency_rows", "final_rows", "markdown", "pct",
-    "plot_curves", "rescored_markdown", "table_lines"]
+    "REPORT_KEYS", "report_problem", "read_metrics", "mean_std",
+    "cumulative_env_steps", "evaluations", "summarize", "check_outcomes",
+    "by_task", "rescored", "csv_text", "efficiency_rows", "final_rows",
+    "markdown", "pct", "plot_curves", "rescored_markdown", "table_lines"]
 
 FRACTIONS = (0.2, 0.4, 0.6, 0.8, 1.0)
 # An evaluation report's environment and episode settings: `rescored` pairs
