@@ -222,8 +222,8 @@ def main(argv=None) -> dict[str, Any]:
                      batches=args.batches)
   report.update(workdir=workdir, step=args.step, seed=args.seed,
                 analyzer=args.analyzer)
-  print(f"{'kind/outcome':26s} {'tokens':>7s} {'mean gap':>9s} {'> 0.5':>6s} "
-        f"{'< -0.5':>7s} {'gate':>6s}")
+  print(f"{'kind or phase/outcome':26s} {'tokens':>7s} {'mean gap':>9s} "
+        f"{'> 0.5':>6s} {'< -0.5':>7s} {'gate':>6s}")
   for key, c in [*report["cells"].items(), *report["phases"].items()]:
     print(f"{key:26s} {c['tokens']:7.0f} {c['mean_gap']:+9.3f} "
           f"{c['above_0.5']:6.2f} {c['below_-0.5']:7.2f} "
