@@ -44,6 +44,7 @@ def test_token_kinds_of_tags_split_into_pieces():
       ["other"] * 4 + ["reasoning place"] * 2 + ["other"] * 5
       + ["other action"] * 2 + ["action place"] * 2 + ["other"] * 3)
 
+
 def test_step_phases_split_at_the_first_valid_take():
   step = lambda action, valid=True: types.SimpleNamespace(
       action=action, action_valid=valid)
