@@ -148,6 +148,7 @@ def breakdown(rl_trainer, params, rng, *, batches: int,
     batch, _ = rl_trainer.build_batch(state, None, c)
     parsed.append(c.metrics.get("analyses_parsed", 0.0))
     decode = rl_trainer.tokenizer.decode
+    phases = [step_phases(ep.steps) for ep in c.episodes]  # traj_uid order
     for i, s in enumerate(c.samples):
       if not batch["analyzed"][i]:
         continue
@@ -156,7 +157,7 @@ def breakdown(rl_trainer, params, rng, *, batches: int,
       kinds = token_kinds([decode([t]) for t in s.response_ids])
       ep = c.episodes[s.traj_uid]
       rows.append((kinds, gap, bool(ep.success)))
-      by_phase.append(([step_phases(ep.steps)[s.step]] * n, gap,
+      by_phase.append(([phases[s.traj_uid][s.step]] * n, gap,
                        bool(ep.success)))
     logging.info("gaps: batch %d/%d, %d analyzed samples so far", b + 1,
                  batches, len(rows))
