@@ -26,6 +26,7 @@ from seed_jax import convert
 from seed_jax import evaluate
 from seed_jax import experiments
 from seed_jax import gaps
+from seed_jax import search_value
 from seed_jax import sweep
 from seed_jax import train
 
@@ -211,7 +212,7 @@ def test_documented_command_parses(kind, words, parsers, tmp_path, capsys,
             args.gin_file, str(tmp_path / str(i)), b, args.extra))
   else:
     main = {"convert": convert.parse_flags, "gaps": gaps.main,
-            "chat": chat.main}.get(kind)
+            "chat": chat.main, "search_value": search_value.main}.get(kind)
     assert main is not None, f"no command seed_jax.{kind} is checked here"
     parsers()
     with pytest.raises(_Parsed):

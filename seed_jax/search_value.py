@@ -1,0 +1,137 @@
+r"""What knowing where to search is worth in the household game.
+
+  python -m seed_jax.search_value [--split=eval_unseen] [--num_tasks=256] \
+      [--max_steps=20] [--noise=0,0.2,0.4,0.6,0.65,0.7,0.8] [--out_json=PATH]
+
+A household task is mostly a search: the goal object starts in one of the
+receptacles of its type's usual places (`household_world.PLACES`), chosen at
+random. Three experts that differ only in what they know about that search
+play the same tasks (the evaluation's, `envs.base.split_seeds`):
+  "peek": knows where each object is, as a correct hindsight skill says for
+    the task it was written on;
+  "likely": searches the object type's usual places first, the knowledge a
+    skill could carry from one task to another ("bread is kept in cabinets");
+  "shuffled": searches every receptacle in a random order, as the imperfect
+    expert of the demo's demonstrations does (`shuffle_search`).
+Each takes a random admissible action with probability `noise` instead of
+its plan, which stands in for a policy's lower competence. Over shuffled,
+likely gains what transferable search knowledge is worth, and peek what
+perfect, task-specific search knowledge is worth, at that competence.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Sequence
+
+from seed_jax import atomic
+from seed_jax.envs import base as envs_base
+from seed_jax.envs import household
+
+# name -> (peek, shuffle_search) of household.ExpertPlanner.
+EXPERTS = {"peek": (True, False), "likely": (False, False),
+           "shuffled": (False, True)}
+
+
+def play(expert: str, *, split: str = "eval_unseen", num_tasks: int = 256,
+         max_steps: int = 20, noise: float = 0.0) -> dict:
+  """Plays the first `num_tasks` tasks of `split` with one expert.
+
+  Args:
+    expert: a key of EXPERTS.
+    split: "train", "eval_seen" or "eval_unseen".
+    num_tasks: how many tasks, from the start of the split.
+    max_steps: steps before an episode is cut.
+    noise: probability of a random admissible action instead of the plan.
+
+  Returns:
+    {"expert", "noise", "success" (percent), "steps_won" (mean steps of the
+    won episodes, None if none), "outcomes" (0/1 per task, in task order)}.
+
+  Raises:
+    ValueError: an unknown expert or split, num_tasks < 1, max_steps < 1,
+      or a noise outside [0, 1].
+  """
+  if expert not in EXPERTS:
+    raise ValueError(f"unknown expert {expert!r}; known: {sorted(EXPERTS)}")
+  if num_tasks < 1:
+    raise ValueError(f"num_tasks must be at least 1, got {num_tasks}")
+  if not 0.0 <= noise <= 1.0:
+    raise ValueError(f"noise must be in [0, 1], got {noise}")
+  peek, shuffle = EXPERTS[expert]
+  env = household.HouseholdEnv(split=split, max_steps=max_steps)
+  outcomes, steps_won = [], []
+  for i, seed in enumerate(envs_base.split_seeds(split, num_tasks)):
+    env.reset(seed)
+    planner = household.ExpertPlanner(env, peek=peek, noise=noise,
+                                      shuffle_search=shuffle, seed=i)
+    done, reward = False, 0.0
+    while not done:
+      _, reward, done, _ = env.step(planner.act())
+    outcomes.append(int(reward > 0))
+    if reward > 0:
+      steps_won.append(env.steps)
+  return {"expert": expert, "noise": noise,
+          "success": 100.0 * sum(outcomes) / num_tasks,
+          "steps_won": (sum(steps_won) / len(steps_won)) if steps_won
+                       else None,
+          "outcomes": outcomes}
+
+
+def table(rows: Sequence[dict]) -> str:
+  """A Markdown table: one line per noise level, success of each expert and
+  its gain over shuffled (points)."""
+  by = {(r["noise"], r["expert"]): r["success"] for r in rows}
+  lines = ["| noise | peek | likely | shuffled | likely − shuffled | "
+           "peek − shuffled |", "|---|---|---|---|---|---|"]
+  for noise in sorted({r["noise"] for r in rows}):
+    p, l, s = (by[(noise, e)] for e in ("peek", "likely", "shuffled"))
+    lines.append(f"| {noise:g} | {p:.1f} | {l:.1f} | {s:.1f} | "
+                 f"{l - s:+.1f} | {p - s:+.1f} |")
+  return "\n".join(lines)
+
+
+def _noises(text: str) -> list[float]:
+  try:
+    values = [float(v) for v in text.split(",") if v.strip()]
+  except ValueError:
+    raise argparse.ArgumentTypeError(
+        f"--noise takes numbers separated by commas, got {text!r}") from None
+  if not values:
+    raise argparse.ArgumentTypeError("--noise is empty")
+  return values
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  parser = argparse.ArgumentParser(
+      prog="python -m seed_jax.search_value",
+      description=__doc__.split("\n\n")[0].strip())
+  parser.add_argument("--split", default="eval_unseen")
+  parser.add_argument("--num_tasks", type=int, default=256)
+  parser.add_argument("--max_steps", type=int, default=20)
+  parser.add_argument("--noise", type=_noises, default=_noises(
+      "0,0.2,0.4,0.6,0.65,0.7,0.8"))
+  parser.add_argument("--out_json", default=None,
+                      help="also write every row (with per-task outcomes)")
+  args = parser.parse_args(argv)
+  try:
+    rows = [play(e, split=args.split, num_tasks=args.num_tasks,
+                 max_steps=args.max_steps, noise=n)
+            for n in args.noise for e in EXPERTS]
+  except ValueError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  print(f"success in % on {args.num_tasks} {args.split} tasks, at most "
+        f"{args.max_steps} steps")
+  print(table(rows))
+  if args.out_json:
+    atomic.write_text(args.out_json, json.dumps(
+        {"split": args.split, "num_tasks": args.num_tasks,
+         "max_steps": args.max_steps, "rows": rows}, indent=1) + "\n")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

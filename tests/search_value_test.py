@@ -1,0 +1,83 @@
+"""Tests for seed_jax.search_value: experts that differ in search knowledge."""
+
+import json
+
+import pytest
+
+from seed_jax import search_value
+from seed_jax.envs import base as envs_base
+
+
+def test_the_peeking_expert_wins_every_task_without_noise():
+  row = search_value.play("peek", split="eval_unseen", num_tasks=32)
+  assert row["success"] == 100.0
+  assert row["outcomes"] == [1] * 32
+  assert 1 <= row["steps_won"] <= 20
+
+
+def test_search_knowledge_orders_the_experts():
+  rows = {e: search_value.play(e, split="eval_seen", num_tasks=64)
+          for e in search_value.EXPERTS}
+  # Knowing more about the search never takes more steps to the goal, and
+  # without noise the random search already fails some tasks in 20 steps.
+  assert rows["peek"]["steps_won"] < rows["likely"]["steps_won"]
+  assert rows["likely"]["steps_won"] < rows["shuffled"]["steps_won"]
+  assert rows["shuffled"]["success"] < rows["likely"]["success"]
+
+
+def test_noise_costs_success_and_plays_are_repeatable():
+  calm = search_value.play("likely", num_tasks=48, noise=0.0)
+  noisy = search_value.play("likely", num_tasks=48, noise=0.7)
+  assert noisy["success"] < calm["success"]
+  assert search_value.play("likely", num_tasks=48, noise=0.7) == noisy
+
+
+def test_tasks_are_the_evaluations_tasks(monkeypatch):
+  seen = []
+  real = envs_base.split_seeds
+  monkeypatch.setattr(envs_base, "split_seeds",
+                      lambda split, num, **kw: seen.append((split, num))
+                      or real(split, num, **kw))
+  search_value.play("peek", split="eval_seen", num_tasks=3)
+  assert seen == [("eval_seen", 3)]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(expert="oracle"), "unknown expert 'oracle'"),
+    (dict(expert="peek", noise=1.5), "noise must be in"),
+    (dict(expert="peek", num_tasks=0), "num_tasks must be at least 1"),
+    (dict(expert="peek", split="test"), "unknown split 'test'"),
+    (dict(expert="peek", max_steps=0), "max_steps must be at least 1"),
+])
+def test_bad_arguments_are_named(kwargs, message):
+  with pytest.raises(ValueError, match=message):
+    search_value.play(**kwargs)
+
+
+def test_table_has_the_differences():
+  rows = [{"noise": 0.5, "expert": "peek", "success": 50.0},
+          {"noise": 0.5, "expert": "likely", "success": 30.0},
+          {"noise": 0.5, "expert": "shuffled", "success": 32.5}]
+  assert search_value.table(rows).splitlines()[-1] == (
+      "| 0.5 | 50.0 | 30.0 | 32.5 | -2.5 | +17.5 |")
+
+
+def test_cli_prints_the_table_and_writes_json(tmp_path, capsys):
+  out = tmp_path / "value.json"
+  assert search_value.main(["--num_tasks", "8", "--noise", "0,0.5",
+                            "--out_json", str(out)]) == 0
+  printed = capsys.readouterr().out
+  assert "success in % on 8 eval_unseen tasks, at most 20 steps" in printed
+  assert "\n| 0 |" in printed and "\n| 0.5 |" in printed
+  report = json.loads(out.read_text())
+  assert report["num_tasks"] == 8 and len(report["rows"]) == 6
+  assert all(len(r["outcomes"]) == 8 for r in report["rows"])
+
+
+def test_cli_bad_input_is_one_error_line(capsys):
+  assert search_value.main(["--split", "test"]) == 2
+  assert capsys.readouterr().err.startswith("error: unknown split 'test'")
+  with pytest.raises(SystemExit) as e:
+    search_value.main(["--noise", "0,x"])
+  assert e.value.code == 2
+  assert "--noise takes numbers separated by commas" in capsys.readouterr().err
