@@ -17,7 +17,8 @@ started from, is never saved as a checkpoint of its own: every checkpoint
 keeps it as the KL reference, and `--step=0` scores that.
 
 Writes JSON (every metric, named as in the run's metrics.jsonl:
-"eval/seen/success", "eval/unseen/success/<family>", ..., and under
+"eval/seen/success", "eval/unseen/success/<family>", ..., on the household
+game "eval/<split>/search_usual" and "search_usual_chance", and under
 "per_task" each task's outcome as a string of 0s and 1s in task order, for
 comparisons task by task) and CSV (split, family, success, tasks,
 responses_truncated: the share of replies cut at max_new_tokens), by
@@ -51,6 +52,7 @@ from seed_jax import checkpoints
 from seed_jax import hf
 from seed_jax import rollout as rollout_lib
 from seed_jax import sampler as sampler_lib
+from seed_jax import envs
 from seed_jax import trainer as trainer_lib
 from seed_jax.envs import base as envs_base
 
@@ -140,7 +142,11 @@ def evaluate_split(policy: rollout_lib.Policy, params, *, env_name: str,
      and "responses_truncated/<family>": the share of replies cut at the
      policy's max_new_tokens (no EOS or stop string: a reply that fails its
      step for want of tokens), left out where there were no replies (every
-     episode's reset failed)}.
+     episode's reset failed), and the ratios of the environment's
+     `episode_stats` summed over the episodes (household: "search_usual",
+     the share of searches that went where the goal object can start, and
+     "search_usual_chance", that share for a search blind to object types;
+     a ratio is left out where its denominator is 0)}.
 
   Raises:
     NonFiniteLogitsError: a reply sampled with NaN or infinite log-probs
@@ -155,6 +161,8 @@ def evaluate_split(policy: rollout_lib.Policy, params, *, env_name: str,
   errors = 0
   done = 0
   outcomes = []  # per task, in task order
+  stats_fn = envs.episode_stats_fn(env_name)
+  sums: dict[str, np.ndarray] = collections.defaultdict(lambda: np.zeros(2))
   while done < num_tasks:
     groups = min(batch_groups, num_tasks - done)
     pool = envs_base.EnvPool(env_name, num_groups=groups, group_size=1,
@@ -173,6 +181,8 @@ def evaluate_split(policy: rollout_lib.Policy, params, *, env_name: str,
       cut[ep.family] += [st.truncated for st in ep.steps]
       errors += ep.error is not None
       outcomes.append(int(ep.success))
+      for k, v in (stats_fn(ep) if stats_fn else {}).items():
+        sums[k] += v
     done += groups
     if done < num_tasks:  # progress on long evaluations
       logging.info("evaluate %s: %d/%d tasks, success so far %.3f", split,
@@ -193,6 +203,8 @@ def evaluate_split(policy: rollout_lib.Policy, params, *, env_name: str,
          "tasks": float(done), "env_errors": float(errors)}
   if replies:
     out["responses_truncated"] = float(np.mean(replies))
+  out.update({k: float(num / den) for k, (num, den) in sorted(sums.items())
+              if den > 0})
   for fam, v in sorted(wins.items()):
     out[f"success/{fam}"] = float(np.mean(v))
     out[f"tasks/{fam}"] = float(len(v))

@@ -48,7 +48,10 @@ def play(expert: str, *, split: str = "eval_unseen", num_tasks: int = 256,
 
   Returns:
     {"expert", "noise", "success" (percent), "steps_won" (mean steps of the
-    won episodes, None if none), "outcomes" (0/1 per task, in task order)}.
+    won episodes, None if none), "search_usual" and "search_usual_chance"
+    (`household.search_stats` over all tasks: the share of searches that
+    went where the object can start, and that of a type-blind search; None
+    without searches), "outcomes" (0/1 per task, in task order)}.
 
   Raises:
     ValueError: an unknown expert or split, num_tasks < 1, max_steps < 1,
@@ -62,21 +65,26 @@ def play(expert: str, *, split: str = "eval_unseen", num_tasks: int = 256,
     raise ValueError(f"noise must be in [0, 1], got {noise}")
   peek, shuffle = EXPERTS[expert]
   env = household.HouseholdEnv(split=split, max_steps=max_steps)
-  outcomes, steps_won = [], []
+  outcomes, steps_won, sums = [], [], {}
   for i, seed in enumerate(envs_base.split_seeds(split, num_tasks)):
     env.reset(seed)
     planner = household.ExpertPlanner(env, peek=peek, noise=noise,
                                       shuffle_search=shuffle, seed=i)
-    done, reward = False, 0.0
+    done, reward, steps = False, 0.0, []
     while not done:
-      _, reward, done, _ = env.step(planner.act())
+      action = planner.act()
+      _, reward, done, info = env.step(action)
+      steps.append((action, info["action_valid"]))
     outcomes.append(int(reward > 0))
     if reward > 0:
       steps_won.append(env.steps)
+    for k, v in household.search_stats(env.ground_truth(), steps).items():
+      sums[k] = [a + b for a, b in zip(sums.get(k, (0.0, 0.0)), v)]
   return {"expert": expert, "noise": noise,
           "success": 100.0 * sum(outcomes) / num_tasks,
           "steps_won": (sum(steps_won) / len(steps_won)) if steps_won
                        else None,
+          **{k: (num / den if den else None) for k, (num, den) in sums.items()},
           "outcomes": outcomes}
 
 
@@ -90,6 +98,20 @@ def table(rows: Sequence[dict]) -> str:
     p, l, s = (by[(noise, e)] for e in ("peek", "likely", "shuffled"))
     lines.append(f"| {noise:g} | {p:.1f} | {l:.1f} | {s:.1f} | "
                  f"{l - s:+.1f} | {p - s:+.1f} |")
+  return "\n".join(lines)
+
+
+def search_table(rows: Sequence[dict]) -> str:
+  """A Markdown table: one line per noise level, each expert's share of
+  searches that went where the object can start (its type-blind chance in
+  brackets)."""
+  by = {(r["noise"], r["expert"]): r for r in rows}
+  cell = lambda r: ("-" if r["search_usual"] is None else
+                    f"{r['search_usual']:.2f} ({r['search_usual_chance']:.2f})")
+  lines = ["| noise | peek | likely | shuffled |", "|---|---|---|---|"]
+  for noise in sorted({r["noise"] for r in rows}):
+    lines.append(f"| {noise:g} | " + " | ".join(
+        cell(by[(noise, e)]) for e in ("peek", "likely", "shuffled")) + " |")
   return "\n".join(lines)
 
 
@@ -126,6 +148,9 @@ def main(argv: Sequence[str] | None = None) -> int:
   print(f"success in % on {args.num_tasks} {args.split} tasks, at most "
         f"{args.max_steps} steps")
   print(table(rows))
+  print("\nshare of searches (valid \"go to\" before the first take) that "
+        "went where the object can start, type-blind chance in brackets")
+  print(search_table(rows))
   if args.out_json:
     atomic.write_text(args.out_json, json.dumps(
         {"split": args.split, "num_tasks": args.num_tasks,

@@ -341,7 +341,7 @@ def test_per_task_outcomes_follow_the_task_order(monkeypatch):
     played.append(list(group_seeds))
     return types.SimpleNamespace(episodes=[types.SimpleNamespace(
         family="heat" if s % 2 else "cool", success=(s - first) % 3 == 0,
-        error=None, steps=[]) for s in group_seeds])
+        error=None, steps=[], ground_truth={}) for s in group_seeds])
 
   monkeypatch.setattr(evaluate.rollout_lib, "rollout", fake_rollout)
   per_task = []
@@ -380,8 +380,8 @@ def test_replies_cut_at_max_new_tokens_are_reported(monkeypatch):
     del gen, pool, rng, kw
     return types.SimpleNamespace(episodes=[types.SimpleNamespace(
         family="heat" if i % 2 else "cool", success=False, error=None,
-        steps=[types.SimpleNamespace(truncated=c) for c in cuts[i]])
-        for i in group_seeds])
+        steps=[types.SimpleNamespace(truncated=c) for c in cuts[i]],
+        ground_truth={}) for i in group_seeds])
 
   monkeypatch.setattr(evaluate.rollout_lib, "rollout", fake_rollout)
   monkeypatch.setattr(evaluate.envs_base, "split_seeds",
@@ -409,8 +409,8 @@ def test_a_family_without_replies_has_no_truncation_share(monkeypatch):
     return types.SimpleNamespace(episodes=[types.SimpleNamespace(
         family="heat" if i % 2 else "cool", success=False,
         error=None if i % 2 else "reset failed",
-        steps=[types.SimpleNamespace(truncated=True)] if i % 2 else [])
-        for i in group_seeds])
+        steps=[types.SimpleNamespace(truncated=True)] if i % 2 else [],
+        ground_truth={}) for i in group_seeds])
 
   monkeypatch.setattr(evaluate.rollout_lib, "rollout", fake_rollout)
   monkeypatch.setattr(evaluate.envs_base, "split_seeds",
@@ -434,6 +434,47 @@ def test_a_family_without_replies_has_no_truncation_share(monkeypatch):
                                 split="eval_seen", num_tasks=2, max_steps=3)
   assert out["env_errors"] == 2.0 and out["success"] == 0.0
   assert not [k for k in out if k.startswith("responses_truncated")]
+
+
+def test_the_environments_episode_stats_are_summed_over_episodes(
+    monkeypatch):
+  """household registers `search_stats`: each ratio is its numerators over
+  its denominators, summed over the split's episodes (not a mean of the
+  episodes' ratios), and left out when no episode searched."""
+  import types  # pylint: disable=g-import-not-at-top
+  truth = {"object_type": "bread", "target_type": "fridge",
+           "layout": "kitchen:cabinet=2,countertop=1,fridge=1"}
+  step = lambda action: types.SimpleNamespace(action=action, truncated=False,
+                                              action_valid=True)
+  plays = {0: ["go to cabinet 1", "go to fridge 1", "go to countertop 1"],
+           1: ["go to cabinet 2"],
+           2: ["take bread 1 from cabinet 1", "go to fridge 1"]}
+
+  def fake_rollout(gen, pool, rng, *, group_seeds, **kw):
+    del gen, pool, rng, kw
+    return types.SimpleNamespace(episodes=[types.SimpleNamespace(
+        family="pick", success=False, error=None, ground_truth=truth,
+        steps=[step(a) for a in plays[i]]) for i in group_seeds])
+
+  monkeypatch.setattr(evaluate.rollout_lib, "rollout", fake_rollout)
+  monkeypatch.setattr(evaluate.envs_base, "split_seeds",
+                      lambda split, n, start: list(range(start, start + n)))
+  out = evaluate.evaluate_split(None, None, env_name="household",
+                                split="eval_seen", num_tasks=3, max_steps=3,
+                                batch_groups=2)
+  # 3 of 4 searches went to a cabinet or the countertop (the fridge is the
+  # target); 3 of the room's 4 receptacles are such places. The mean of
+  # the episodes' ratios would be (2/3 + 1) / 2.
+  assert out["search_usual"] == 3 / 4
+  assert out["search_usual_chance"] == 3 / 4
+  out = evaluate.evaluate_split(None, None, env_name="household",
+                                split="eval_seen", num_tasks=1, max_steps=3)
+  assert out["search_usual"] == 2 / 3
+  monkeypatch.setattr(evaluate.envs_base, "split_seeds",
+                      lambda split, n, start: [2])
+  out = evaluate.evaluate_split(None, None, env_name="household",
+                                split="eval_seen", num_tasks=1, max_steps=3)
+  assert "search_usual" not in out and "search_usual_chance" not in out
 
 
 def test_a_policy_with_nan_logits_is_refused():

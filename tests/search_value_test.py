@@ -81,3 +81,15 @@ def test_cli_bad_input_is_one_error_line(capsys):
     search_value.main(["--noise", "0,x"])
   assert e.value.code == 2
   assert "--noise takes numbers separated by commas" in capsys.readouterr().err
+
+
+def test_searches_of_the_experts_against_chance():
+  rows = {e: search_value.play(e, num_tasks=64) for e in search_value.EXPERTS}
+  assert rows["peek"]["search_usual"] == 1.0
+  assert rows["likely"]["search_usual"] > rows["likely"][
+      "search_usual_chance"] + 0.2
+  # A type-blind search is near its chance (64 tasks: within 0.1).
+  assert abs(rows["shuffled"]["search_usual"]
+             - rows["shuffled"]["search_usual_chance"]) < 0.1
+  lines = search_value.search_table(list(rows.values())).splitlines()
+  assert lines[-1].startswith("| 0 | 1.00 (")

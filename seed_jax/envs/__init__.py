@@ -17,14 +17,17 @@ from seed_jax.envs import textworld_express
 from seed_jax.envs.base import Env, EnvPool, SPLITS, split_seeds
 
 __all__ = ["Env", "EnvPool", "SPLITS", "split_seeds", "register", "make",
-           "names", "make_expert"]
+           "names", "make_expert", "episode_stats_fn"]
 
 _REGISTRY: dict[str, Callable[..., Env]] = {}
 _EXPERTS: dict[str, Callable[..., Any]] = {}
+_EPISODE_STATS: dict[str, Callable[[Any], dict[str, tuple[float, float]]]] = {}
 
 
 def register(name: str, factory: Callable[..., Env], *,
-             expert: Callable[..., Any] | None = None) -> None:
+             expert: Callable[..., Any] | None = None,
+             episode_stats: Callable[[Any], dict[str, tuple[float, float]]]
+             | None = None) -> None:
   """Registers an environment factory under a name.
 
   Args:
@@ -32,6 +35,9 @@ def register(name: str, factory: Callable[..., Env], *,
     factory: called with keyword arguments (split=..., and the env's own).
     expert: optional, expert(env, **kwargs) -> an object whose act() returns
       the next action.
+    episode_stats: optional, episode_stats(episode) -> {name: (numerator,
+      denominator)} of one finished episode; an evaluation sums both over its
+      episodes and reports each ratio (`evaluate.evaluate_split`).
 
   Raises:
     ValueError: the name is taken.
@@ -41,6 +47,8 @@ def register(name: str, factory: Callable[..., Env], *,
   _REGISTRY[name] = factory
   if expert is not None:
     _EXPERTS[name] = expert
+  if episode_stats is not None:
+    _EPISODE_STATS[name] = episode_stats
 
 
 def names() -> list[str]:
@@ -77,7 +85,14 @@ def make_expert(env: Env, **kwargs: Any) -> Any:
   return _EXPERTS[env.name](env, **kwargs)
 
 
-register("household", household.HouseholdEnv, expert=household.ExpertPlanner)
+def episode_stats_fn(name: str
+                     ) -> Callable[[Any], dict[str, tuple[float, float]]] | None:
+  """The `episode_stats` registered with environment `name`, or None."""
+  return _EPISODE_STATS.get(name)
+
+
+register("household", household.HouseholdEnv, expert=household.ExpertPlanner,
+         episode_stats=household.episode_stats)
 register("sokoban", sokoban.SokobanEnv, expert=sokoban.ExpertPlanner)
 # Optional adapters: their packages are imported only when an env is built.
 register("twx", textworld_express.TextWorldExpressEnv,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import random
 import re
-from typing import Any
+from typing import Any, Sequence
 
 from seed_jax.envs import base
 from seed_jax.envs import household_world as hw
@@ -401,6 +401,53 @@ def expert_actions(env: HouseholdEnv) -> list[str]:
   if env.world is None:
     raise RuntimeError("call reset(seed) first")
   return _plan(env.world, None)
+
+
+def search_stats(ground_truth: dict[str, Any],
+                 steps: Sequence[tuple[str, bool]]
+                 ) -> dict[str, tuple[float, float]]:
+  """Where an episode searched for its goal object, against chance.
+
+  The searches are the valid "go to X" steps before the first valid "take"
+  (the search phase of `gaps.step_phases`). A search is usual when X's type is
+  one of the places the goal object can start in: its type's usual places
+  (`household_world.PLACES`) other than the task's target. Its chance is the
+  share of the room's receptacles that are such places, what a search that
+  knows nothing of object types scores on average.
+
+  Args:
+    ground_truth: the episode's `HouseholdEnv.ground_truth()`.
+    steps: (action, valid) of each step, in order.
+
+  Returns:
+    {"search_usual": (usual searches, searches), "search_usual_chance":
+    (chance summed over the searches, searches)}: numerators and
+    denominators, to be summed over episodes.
+  """
+  usual = set(hw.PLACES[ground_truth["object_type"]]) - {
+      ground_truth["target_type"]}
+  room = hw.layout_receptacles(ground_truth["layout"])
+  chance = sum(hw.kind(r) in usual for r in room) / len(room)
+  searches = hits = 0
+  for action, valid in steps:
+    if not valid:
+      continue
+    if action.startswith("take "):
+      break
+    if action.startswith("go to "):
+      searches += 1
+      hits += hw.kind(action[len("go to "):]) in usual
+  return {"search_usual": (float(hits), float(searches)),
+          "search_usual_chance": (chance * searches, float(searches))}
+
+
+def episode_stats(episode: Any) -> dict[str, tuple[float, float]]:
+  """`search_stats` of a rollout's `episodes.Episode` ({} without its ground
+  truth, e.g. when `ground_truth()` raised)."""
+  if not episode.ground_truth:
+    return {}
+  return search_stats(episode.ground_truth,
+                      [(s.action, s.action_valid) for s in episode.steps])
 
 
 class ExpertPlanner:

@@ -279,6 +279,18 @@ def generate(seed: int, *, unseen: bool = False,
   raise RuntimeError(f"no household task for seed {seed} ({family})")
 
 
+def layout_receptacles(layout: str) -> list[str]:
+  """The receptacles a layout names, in its order:
+  layout_receptacles("kitchen:cabinet=2,fridge=1") == ["cabinet 1",
+  "cabinet 2", "fridge 1"]."""
+  _, _, spec = layout.partition(":")
+  out = []
+  for part in filter(None, spec.split(",")):
+    t, _, n = part.partition("=")
+    out += [f"{t} {i}" for i in range(1, int(n) + 1)]
+  return out
+
+
 def _pick_layout(rng: random.Random, room: str, unseen: bool
                  ) -> tuple[str, dict[str, int]]:
   spec = ROOMS[room][0]
