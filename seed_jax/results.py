@@ -489,6 +489,10 @@ def rescored(reports: Mapping[str, Mapping[int, Mapping[str, Mapping[
                  the baseline's final, the seeds of "paired"): {split:
                  `by_task` of the seeds whose reports both have per-task
                  outcomes}}}, for methods with such seeds
+      "search": {method: {"start" | "final": {split: {"usual" |
+                "chance": mean_std of "eval/<split>/search_usual" |
+                "search_usual_chance"}}}}, over the reports that have them
+                (household evaluations; see `evaluate.evaluate_split`)
 
   Raises:
     ValueError: a report without a field read here (`REPORT_KEYS`, each
@@ -525,7 +529,7 @@ def rescored(reports: Mapping[str, Mapping[int, Mapping[str, Mapping[
   out = dict(methods=list(reports), num_tasks=num_tasks, seed=seed,
              temperature=temperature, baseline=baseline, steps={},
              success={}, paired={}, unpaired={}, no_baseline={},
-             efficiency={}, by_task={})
+             efficiency={}, by_task={}, search={})
 
   def task_diffs(pairs, split):  # (a, b) reports -> by_task where both have
     got = [(a["per_task"][split], b["per_task"][split]) for a, b in pairs
@@ -564,6 +568,14 @@ def rescored(reports: Mapping[str, Mapping[int, Mapping[str, Mapping[
             fam: mean_std([g[prefix + suffix] for g in got
                            if prefix + suffix in g])
             for fam, suffix in [("all", "")] + [(f, "/" + f) for f in fams]}
+      search = {split: {name: mean_std(
+          [g[f"eval/{split}/{key}"] for g in got
+           if g.get(f"eval/{split}/search_usual") is not None])
+          for name, key in (("usual", "search_usual"),
+                            ("chance", "search_usual_chance"))}
+                for split in SPLITS}
+      if any(v["usual"]["n"] for v in search.values()):
+        out["search"].setdefault(m, {})[which] = search
     gains = [(pair["final"], pair["start"]) for pair in by_seed.values()
              if "final" in pair and "start" in pair]
     gain = {split: task_diffs(gains, split) for split in SPLITS}

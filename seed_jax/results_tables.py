@@ -289,6 +289,20 @@ def rescored_markdown(summary: Mapping[str, Any]) -> str:
                 f"below {base} at 100%).", ""]
       lines += table_lines(
           ["split", "method", *(f"{100 * f:.0f}%" for f in fr)], rows)
+  search = summary.get("search") or {}
+  if search:
+    cell = lambda got: ("-" if not got or not got["usual"]["n"] else
+                        f"{pct(got['usual'])} ({pct(got['chance'])})")
+    lines += ["", "**Where the policies searched**: the share in percent of "
+              "valid \"go to\" steps before the first take that went where "
+              "the goal object can start, and in brackets that share for a "
+              "search blind to object types (`evaluate.evaluate_split`).",
+              ""]
+    lines += table_lines(
+        ["method", *(f"{w} {split}" for split in SPLITS
+                     for w in ("start", "final"))],
+        [[m, *(cell(search[m].get(w, {}).get(split)) for split in SPLITS
+               for w in ("start", "final"))] for m in search])
   for split in SPLITS:
     fams = list(dict.fromkeys(f for m in methods
                               for f in succ[m]["final"][split]))

@@ -644,6 +644,42 @@ def test_rescored_pairs_seeds_against_grpo():
     results.rescored(reports)
 
 
+def test_rescored_says_where_the_policies_searched():
+  """Reports with household search shares get a table of them (mean ± std
+  over the seeds that have them, chance in brackets); reports without them
+  (older ones, other games) add nothing."""
+  def searched(report, seen, unseen, chance=0.5):
+    report["metrics"].update({
+        "eval/seen/search_usual": seen, "eval/seen/search_usual_chance": chance,
+        "eval/unseen/search_usual": unseen,
+        "eval/unseen/search_usual_chance": chance})
+    return report
+
+  reports = {
+      "grpo": {0: {"start": searched(_report(0, 0.25, 0.25), 0.5, 0.5),
+                   "final": searched(_report(10, 0.5, 0.25), 0.5, 0.25)},
+               1: {"start": _report(0, 0.0, 0.25),
+                   "final": searched(_report(10, 0.25, 0.5), 0.75, 0.75,
+                                     chance=0.25)}},
+      "seed": {0: {"start": _report(0, 0.25, 0.0),
+                   "final": _report(10, 0.75, 0.75)}},
+  }
+  out = results.rescored(reports)
+  assert list(out["search"]) == ["grpo"]
+  final = out["search"]["grpo"]["final"]
+  assert final["unseen"]["usual"]["values"] == [0.25, 0.75]
+  assert final["unseen"]["chance"]["mean"] == 0.375
+  assert out["search"]["grpo"]["start"]["seen"]["usual"]["n"] == 1
+  text = results.rescored_markdown(out)
+  assert "**Where the policies searched**" in text
+  assert ("| grpo | 50.0 (50.0) | 62.5 ± 17.7 (37.5 ± 17.7) | 50.0 (50.0) | "
+          "50.0 ± 35.4 (37.5 ± 17.7) |") in text
+  del reports["grpo"]
+  out = results.rescored(reports)
+  assert out["search"] == {}
+  assert "Where the policies searched" not in results.rescored_markdown(out)
+
+
 def test_rescored_names_seeds_without_a_baseline_run():
   """The paired differences cover fewer seeds than the "seeds" column when
   the baseline lacks one: the table says which, and why."""
