@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Iterable, Mapping
+
+# An environment's statistics of one episode: {name: (numerator,
+# denominator)}, summed over episodes before dividing (`sum_ratios`).
+Stats = Mapping[str, tuple[float, float]]
 
 
 @dataclasses.dataclass
@@ -66,3 +70,21 @@ class Episode:
   @property
   def length(self) -> int:
     return len(self.steps)
+
+
+def sum_ratios(stats: Iterable[Stats]) -> dict[str, float]:
+  """Each statistic's numerators over its denominators, both summed over the
+  episodes (a ratio of sums, not a mean of the episodes' ratios); left out
+  where the summed denominator is 0.
+
+  Example: sum_ratios([{"hit": (1, 3)}, {"hit": (0, 1)}, {"hit": (0, 0)}])
+  == {"hit": 0.25}.
+  """
+  sums: dict[str, list[float]] = {}
+  for one in stats:
+    for name, (num, den) in one.items():
+      total = sums.setdefault(name, [0.0, 0.0])
+      total[0] += num
+      total[1] += den
+  return {name: num / den for name, (num, den) in sorted(sums.items())
+          if den > 0}

@@ -49,10 +49,11 @@ import optax
 
 from seed_jax import atomic
 from seed_jax import checkpoints
+from seed_jax import envs
+from seed_jax import episodes
 from seed_jax import hf
 from seed_jax import rollout as rollout_lib
 from seed_jax import sampler as sampler_lib
-from seed_jax import envs
 from seed_jax import trainer as trainer_lib
 from seed_jax.envs import base as envs_base
 
@@ -143,10 +144,11 @@ def evaluate_split(policy: rollout_lib.Policy, params, *, env_name: str,
      policy's max_new_tokens (no EOS or stop string: a reply that fails its
      step for want of tokens), left out where there were no replies (every
      episode's reset failed), and the ratios of the environment's
-     `episode_stats` summed over the episodes (household: "search_usual",
-     the share of searches that went where the goal object can start, and
-     "search_usual_chance", that share for a search blind to object types;
-     a ratio is left out where its denominator is 0)}.
+     `episode_stats` summed over the episodes (`episodes.sum_ratios`;
+     household: "search_usual", the share of the searches in vain that went
+     where the goal object can start, and "search_usual_chance", that share
+     for a search blind to object types; a ratio is left out where its
+     denominator is 0)}.
 
   Raises:
     NonFiniteLogitsError: a reply sampled with NaN or infinite log-probs
@@ -162,7 +164,7 @@ def evaluate_split(policy: rollout_lib.Policy, params, *, env_name: str,
   done = 0
   outcomes = []  # per task, in task order
   stats_fn = envs.episode_stats_fn(env_name)
-  sums: dict[str, np.ndarray] = collections.defaultdict(lambda: np.zeros(2))
+  stats = []  # per episode, `stats_fn`'s
   while done < num_tasks:
     groups = min(batch_groups, num_tasks - done)
     pool = envs_base.EnvPool(env_name, num_groups=groups, group_size=1,
@@ -181,8 +183,8 @@ def evaluate_split(policy: rollout_lib.Policy, params, *, env_name: str,
       cut[ep.family] += [st.truncated for st in ep.steps]
       errors += ep.error is not None
       outcomes.append(int(ep.success))
-      for k, v in (stats_fn(ep) if stats_fn else {}).items():
-        sums[k] += v
+      if stats_fn:
+        stats.append(stats_fn(ep))
     done += groups
     if done < num_tasks:  # progress on long evaluations
       logging.info("evaluate %s: %d/%d tasks, success so far %.3f", split,
@@ -203,8 +205,7 @@ def evaluate_split(policy: rollout_lib.Policy, params, *, env_name: str,
          "tasks": float(done), "env_errors": float(errors)}
   if replies:
     out["responses_truncated"] = float(np.mean(replies))
-  out.update({k: float(num / den) for k, (num, den) in sorted(sums.items())
-              if den > 0})
+  out.update(episodes.sum_ratios(stats))
   for fam, v in sorted(wins.items()):
     out[f"success/{fam}"] = float(np.mean(v))
     out[f"tasks/{fam}"] = float(len(v))

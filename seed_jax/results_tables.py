@@ -294,9 +294,10 @@ def rescored_markdown(summary: Mapping[str, Any]) -> str:
     cell = lambda got: ("-" if not got or not got["usual"]["n"] else
                         f"{pct(got['usual'])} ({pct(got['chance'])})")
     lines += ["", "**Where the policies searched**: the share in percent of "
-              "valid \"go to\" steps before the first take that went where "
+              "the searches in vain (valid \"go to\" steps before the "
+              "first take, to a place without the object) that went where "
               "the goal object can start, and in brackets that share for a "
-              "search blind to object types (`evaluate.evaluate_split`).",
+              "search blind to object types (`household.search_stats`).",
               ""]
     lines += table_lines(
         ["method", *(f"{w} {split}" for split in SPLITS

@@ -1,22 +1,28 @@
 r"""What knowing where to search is worth in the household game.
 
-  python -m seed_jax.search_value [--split=eval_unseen] [--num_tasks=256] \
+  python -m seed_jax.search_value [--split=eval_unseen] [--num_tasks=1024] \
       [--max_steps=20] [--noise=0,0.2,0.4,0.6,0.65,0.7,0.8] [--out_json=PATH]
 
 A household task is mostly a search: the goal object starts in one of the
-receptacles of its type's usual places (`household_world.PLACES`), chosen at
-random. Three experts that differ only in what they know about that search
-play the same tasks (the evaluation's, `envs.base.split_seeds`):
+receptacles of its type's usual places other than the task's target
+(`household_world.PLACES`), chosen at random. Three experts that differ only
+in what they know about that search play the same tasks (the evaluation's,
+`envs.base.split_seeds`):
   "peek": knows where each object is, as a correct hindsight skill says for
     the task it was written on;
-  "likely": searches the object type's usual places first, the knowledge a
-    skill could carry from one task to another ("bread is kept in cabinets");
+  "likely": searches the places the object type can start in first
+    (`household.start_places_first`), the knowledge a skill could carry from
+    one task to another ("bread is kept in cabinets");
   "shuffled": searches every receptacle in a random order, as the imperfect
     expert of the demo's demonstrations does (`shuffle_search`).
 Each takes a random admissible action with probability `noise` instead of
 its plan, which stands in for a policy's lower competence. Over shuffled,
 likely gains what transferable search knowledge is worth, and peek what
-perfect, task-specific search knowledge is worth, at that competence.
+perfect, task-specific search knowledge is worth, at that competence; the
+table gives each gain with its standard error over the tasks (paired: the
+experts play the same tasks). A second table gives each expert's
+`household.search_stats` against its chance, to read a policy's own
+(`evaluate`'s `search_usual`) against.
 """
 
 from __future__ import annotations
@@ -26,16 +32,22 @@ import json
 import sys
 from typing import Sequence
 
+import numpy as np
+
 from seed_jax import atomic
+from seed_jax import episodes
 from seed_jax.envs import base as envs_base
 from seed_jax.envs import household
 
-# name -> (peek, shuffle_search) of household.ExpertPlanner.
-EXPERTS = {"peek": (True, False), "likely": (False, False),
-           "shuffled": (False, True)}
+# name -> household.ExpertPlanner's keyword arguments.
+EXPERTS = {
+    "peek": dict(peek=True),
+    "likely": dict(peek=False, search_order=household.start_places_first),
+    "shuffled": dict(peek=False, shuffle_search=True),
+}
 
 
-def play(expert: str, *, split: str = "eval_unseen", num_tasks: int = 256,
+def play(expert: str, *, split: str = "eval_unseen", num_tasks: int = 1024,
          max_steps: int = 20, noise: float = 0.0) -> dict:
   """Plays the first `num_tasks` tasks of `split` with one expert.
 
@@ -49,9 +61,10 @@ def play(expert: str, *, split: str = "eval_unseen", num_tasks: int = 256,
   Returns:
     {"expert", "noise", "success" (percent), "steps_won" (mean steps of the
     won episodes, None if none), "search_usual" and "search_usual_chance"
-    (`household.search_stats` over all tasks: the share of searches that
-    went where the object can start, and that of a type-blind search; None
-    without searches), "outcomes" (0/1 per task, in task order)}.
+    (`household.search_stats` over all tasks: the share of the searches in
+    vain that went where the object can start, and that of a type-blind
+    search; None without such searches), "outcomes" (0/1 per task, in task
+    order)}.
 
   Raises:
     ValueError: an unknown expert or split, num_tasks < 1, max_steps < 1,
@@ -63,13 +76,12 @@ def play(expert: str, *, split: str = "eval_unseen", num_tasks: int = 256,
     raise ValueError(f"num_tasks must be at least 1, got {num_tasks}")
   if not 0.0 <= noise <= 1.0:
     raise ValueError(f"noise must be in [0, 1], got {noise}")
-  peek, shuffle = EXPERTS[expert]
   env = household.HouseholdEnv(split=split, max_steps=max_steps)
-  outcomes, steps_won, sums = [], [], {}
+  outcomes, steps_won, stats = [], [], []
   for i, seed in enumerate(envs_base.split_seeds(split, num_tasks)):
     env.reset(seed)
-    planner = household.ExpertPlanner(env, peek=peek, noise=noise,
-                                      shuffle_search=shuffle, seed=i)
+    planner = household.ExpertPlanner(env, noise=noise, seed=i,
+                                      **EXPERTS[expert])
     done, reward, steps = False, 0.0, []
     while not done:
       action = planner.act()
@@ -78,26 +90,35 @@ def play(expert: str, *, split: str = "eval_unseen", num_tasks: int = 256,
     outcomes.append(int(reward > 0))
     if reward > 0:
       steps_won.append(env.steps)
-    for k, v in household.search_stats(env.ground_truth(), steps).items():
-      sums[k] = [a + b for a, b in zip(sums.get(k, (0.0, 0.0)), v)]
+    stats.append(household.search_stats(env.ground_truth(), steps))
+  ratios = episodes.sum_ratios(stats)
   return {"expert": expert, "noise": noise,
           "success": 100.0 * sum(outcomes) / num_tasks,
           "steps_won": (sum(steps_won) / len(steps_won)) if steps_won
                        else None,
-          **{k: (num / den if den else None) for k, (num, den) in sums.items()},
+          "search_usual": ratios.get("search_usual"),
+          "search_usual_chance": ratios.get("search_usual_chance"),
           "outcomes": outcomes}
+
+
+def gain(a: dict, b: dict) -> tuple[float, float]:
+  """Success of row `a` minus row `b` in points, and its standard error over
+  the tasks (paired: both rows played the same tasks)."""
+  diff = 100.0 * (np.asarray(a["outcomes"]) - np.asarray(b["outcomes"]))
+  return float(diff.mean()), float(diff.std(ddof=1) / np.sqrt(len(diff)))
 
 
 def table(rows: Sequence[dict]) -> str:
   """A Markdown table: one line per noise level, success of each expert and
-  its gain over shuffled (points)."""
-  by = {(r["noise"], r["expert"]): r["success"] for r in rows}
+  its gain over shuffled (points, standard error in brackets)."""
+  by = {(r["noise"], r["expert"]): r for r in rows}
   lines = ["| noise | peek | likely | shuffled | likely − shuffled | "
            "peek − shuffled |", "|---|---|---|---|---|---|"]
   for noise in sorted({r["noise"] for r in rows}):
     p, l, s = (by[(noise, e)] for e in ("peek", "likely", "shuffled"))
-    lines.append(f"| {noise:g} | {p:.1f} | {l:.1f} | {s:.1f} | "
-                 f"{l - s:+.1f} | {p - s:+.1f} |")
+    cells = [f"{r['success']:.1f}" for r in (p, l, s)]
+    cells += ["{:+.1f} ({:.1f})".format(*gain(r, s)) for r in (l, p)]
+    lines.append(f"| {noise:g} | " + " | ".join(cells) + " |")
   return "\n".join(lines)
 
 
@@ -131,7 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
       prog="python -m seed_jax.search_value",
       description=__doc__.split("\n\n")[0].strip())
   parser.add_argument("--split", default="eval_unseen")
-  parser.add_argument("--num_tasks", type=int, default=256)
+  parser.add_argument("--num_tasks", type=int, default=1024)
   parser.add_argument("--max_steps", type=int, default=20)
   parser.add_argument("--noise", type=_noises, default=_noises(
       "0,0.2,0.4,0.6,0.65,0.7,0.8"))
@@ -148,8 +169,9 @@ def main(argv: Sequence[str] | None = None) -> int:
   print(f"success in % on {args.num_tasks} {args.split} tasks, at most "
         f"{args.max_steps} steps")
   print(table(rows))
-  print("\nshare of searches (valid \"go to\" before the first take) that "
-        "went where the object can start, type-blind chance in brackets")
+  print("\nshare of the searches in vain (valid \"go to\" before the first "
+        "take, to a place without the object) that went where the object "
+        "can start, type-blind chance in brackets")
   print(search_table(rows))
   if args.out_json:
     atomic.write_text(args.out_json, json.dumps(

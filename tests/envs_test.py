@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from seed_jax import envs
+from seed_jax import episodes
 from seed_jax import prompts
 from seed_jax.envs import base
 
@@ -73,6 +74,20 @@ def test_register_new_and_duplicate(monkeypatch):
     envs.register("counting", _CountingEnv)
   with pytest.raises(ValueError, match="no expert"):
     envs.make_expert(envs.make("counting"))
+
+
+def test_episode_stats_are_registered_and_summed(monkeypatch):
+  monkeypatch.setattr(envs, "_REGISTRY", dict(envs._REGISTRY))
+  monkeypatch.setattr(envs, "_EPISODE_STATS", dict(envs._EPISODE_STATS))
+  length = lambda ep: {"long": (float(len(ep.steps) > 2), 1.0)}
+  envs.register("counting", _CountingEnv, episode_stats=length)
+  assert envs.episode_stats_fn("counting") is length
+  assert envs.episode_stats_fn("sokoban") is None
+  # A ratio of sums, not a mean of ratios; no denominator, no ratio.
+  assert episodes.sum_ratios([{"hit": (1, 3), "miss": (0, 0)},
+                              {"hit": (0, 1), "miss": (0, 0)}]) == {
+                                  "hit": 0.25}
+  assert episodes.sum_ratios([]) == {}
 
 
 def test_splits_are_disjoint_and_seeds_checked():

@@ -343,39 +343,48 @@ def test_layout_receptacles_follow_the_layout():
   assert hw.layout_receptacles(world.layout) == world.receptacles
 
 
-def test_search_stats_count_valid_searches_before_the_first_take():
+def test_search_stats_count_valid_misses_before_the_first_take():
   truth = {"object_type": "mug", "target_type": "coffeemachine",
+           "start_locations": {"mug 1": "cabinet 2"},
            "layout": "kitchen:cabinet=2,coffeemachine=1,drawer=1,fridge=1"}
   steps = [("go to drawer 1", True),        # not where a mug starts
            ("go to cabinet 9", False),      # invalid: not counted
            ("go to coffeemachine 1", True),  # the target: not a start place
+           ("go to cabinet 1", True),        # a start place, in vain
            ("take mug 1 from drawer 1", False),  # invalid take: goes on
-           ("go to cabinet 2", True),
+           ("go to cabinet 2", True),        # the find: not a miss
            ("take mug 1 from cabinet 2", True),
            ("go to cabinet 1", True)]       # after the take: not a search
   # A mug starts in a cabinet here (its other usual places are missing or
-  # the target): 2 of the room's 5 receptacles.
+  # the target); of the 4 receptacles without the mug, 1 is a cabinet.
   stats = household.search_stats(truth, steps)
   assert stats["search_usual"] == (1.0, 3.0)
-  assert stats["search_usual_chance"] == pytest.approx((3 * 2 / 5, 3.0))
+  assert stats["search_usual_chance"] == pytest.approx((3 / 4, 3.0))
   assert household.search_stats(truth, []) == {
       "search_usual": (0.0, 0.0), "search_usual_chance": (0.0, 0.0)}
 
 
-def test_the_peeking_experts_searches_all_go_where_the_object_is():
+def test_start_places_first_searches_only_where_the_object_can_start():
   env = household.HouseholdEnv(split="eval_unseen", max_steps=30)
   totals = [0.0, 0.0]
-  for seed in range(20):
+  for seed in range(40):
     env.reset(seed)
-    expert = household.ExpertPlanner(env, peek=True)
+    world = env.world
+    order = household.start_places_first(world)
+    places = set(hw.PLACES[world.obj_type]) - {world.target_type}
+    starts = [r for r in order if hw.kind(r) in places]
+    assert order[:len(starts)] == starts  # those first, then the rest
+    expert = household.ExpertPlanner(
+        env, peek=False, search_order=household.start_places_first)
     steps, done = [], False
     while not done:
       action = expert.act()
       _, _, done, info = env.step(action)
       steps.append((action, info["action_valid"]))
-    usual, searches = household.search_stats(env.ground_truth(),
-                                             steps)["search_usual"]
-    totals = [totals[0] + usual, totals[1] + searches]
+    assert info["won"]
+    usual, misses = household.search_stats(env.ground_truth(),
+                                           steps)["search_usual"]
+    totals = [totals[0] + usual, totals[1] + misses]
   assert totals[1] >= 20 and totals[0] == totals[1]
 
 

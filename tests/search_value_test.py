@@ -54,12 +54,18 @@ def test_bad_arguments_are_named(kwargs, message):
     search_value.play(**kwargs)
 
 
-def test_table_has_the_differences():
-  rows = [{"noise": 0.5, "expert": "peek", "success": 50.0},
-          {"noise": 0.5, "expert": "likely", "success": 30.0},
-          {"noise": 0.5, "expert": "shuffled", "success": 32.5}]
+def test_table_has_the_gains_and_their_standard_errors():
+  row = lambda expert, outcomes: {
+      "noise": 0.5, "expert": expert, "outcomes": outcomes,
+      "success": 100.0 * sum(outcomes) / len(outcomes)}
+  rows = [row("peek", [1, 1, 0, 0]), row("likely", [1, 0, 0, 0]),
+          row("shuffled", [0, 1, 0, 0])]
+  # likely - shuffled per task: +100, -100, 0, 0 (mean 0, sample std
+  # sqrt(20000 / 3), se that over 2); peek - shuffled: +100, 0, 0, 0.
+  assert search_value.gain(rows[1], rows[2]) == pytest.approx(
+      (0.0, (20000 / 3) ** 0.5 / 2))
   assert search_value.table(rows).splitlines()[-1] == (
-      "| 0.5 | 50.0 | 30.0 | 32.5 | -2.5 | +17.5 |")
+      "| 0.5 | 50.0 | 25.0 | 25.0 | +0.0 (40.8) | +25.0 (25.0) |")
 
 
 def test_cli_prints_the_table_and_writes_json(tmp_path, capsys):
@@ -84,12 +90,18 @@ def test_cli_bad_input_is_one_error_line(capsys):
 
 
 def test_searches_of_the_experts_against_chance():
-  rows = {e: search_value.play(e, num_tasks=64) for e in search_value.EXPERTS}
-  assert rows["peek"]["search_usual"] == 1.0
-  assert rows["likely"]["search_usual"] > rows["likely"][
-      "search_usual_chance"] + 0.2
-  # A type-blind search is near its chance (64 tasks: within 0.1).
-  assert abs(rows["shuffled"]["search_usual"]
-             - rows["shuffled"]["search_usual_chance"]) < 0.1
+  rows = {e: search_value.play(e, num_tasks=256) for e in search_value.EXPERTS}
+  # Without noise the peeking expert never searches in vain, and the likely
+  # one only where the object can start.
+  assert rows["peek"]["search_usual"] is None
+  assert rows["likely"]["search_usual"] == 1.0
+  assert rows["likely"]["search_usual_chance"] < 0.6
+  # A type-blind search scores its chance: the finds, which always go where
+  # the object can start, are not counted.
+  assert rows["shuffled"]["search_usual"] == pytest.approx(
+      rows["shuffled"]["search_usual_chance"], abs=0.03)
   lines = search_value.search_table(list(rows.values())).splitlines()
-  assert lines[-1].startswith("| 0 | 1.00 (")
+  assert lines[-1] == (f"| 0 | - | 1.00 "
+                       f"({rows['likely']['search_usual_chance']:.2f}) | "
+                       f"{rows['shuffled']['search_usual']:.2f} "
+                       f"({rows['shuffled']['search_usual_chance']:.2f}) |")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from seed_jax import episodes
 from seed_jax.envs import alfworld_env
 from seed_jax.envs import gym_sokoban
 from seed_jax.envs import household
@@ -21,13 +22,13 @@ __all__ = ["Env", "EnvPool", "SPLITS", "split_seeds", "register", "make",
 
 _REGISTRY: dict[str, Callable[..., Env]] = {}
 _EXPERTS: dict[str, Callable[..., Any]] = {}
-_EPISODE_STATS: dict[str, Callable[[Any], dict[str, tuple[float, float]]]] = {}
+StatsFn = Callable[[episodes.Episode], episodes.Stats]
+_EPISODE_STATS: dict[str, StatsFn] = {}
 
 
 def register(name: str, factory: Callable[..., Env], *,
              expert: Callable[..., Any] | None = None,
-             episode_stats: Callable[[Any], dict[str, tuple[float, float]]]
-             | None = None) -> None:
+             episode_stats: StatsFn | None = None) -> None:
   """Registers an environment factory under a name.
 
   Args:
@@ -37,7 +38,8 @@ def register(name: str, factory: Callable[..., Env], *,
       the next action.
     episode_stats: optional, episode_stats(episode) -> {name: (numerator,
       denominator)} of one finished episode; an evaluation sums both over its
-      episodes and reports each ratio (`evaluate.evaluate_split`).
+      episodes and reports each ratio (`evaluate.evaluate_split`,
+      `episodes.sum_ratios`).
 
   Raises:
     ValueError: the name is taken.
@@ -85,8 +87,7 @@ def make_expert(env: Env, **kwargs: Any) -> Any:
   return _EXPERTS[env.name](env, **kwargs)
 
 
-def episode_stats_fn(name: str
-                     ) -> Callable[[Any], dict[str, tuple[float, float]]] | None:
+def episode_stats_fn(name: str) -> StatsFn | None:
   """The `episode_stats` registered with environment `name`, or None."""
   return _EPISODE_STATS.get(name)
 

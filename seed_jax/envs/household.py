@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import random
 import re
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from seed_jax.envs import base
 from seed_jax.envs import household_world as hw
@@ -299,10 +299,12 @@ class _Plan:
     self.held = None
 
 
-def _search_order(w: hw.World) -> list[str]:
-  """Where to look for the goal object: its usual places first, open surfaces
-  before containers, then everywhere else."""
-  places = hw.PLACES[w.obj_type]
+def _search_order(w: hw.World, *, skip_target: bool = False) -> list[str]:
+  """Where to look for the goal object: its usual places first (without the
+  target's type with `skip_target`), open surfaces before containers, then
+  everywhere else."""
+  places = [t for t in hw.PLACES[w.obj_type]
+            if not (skip_target and t == w.target_type)]
 
   def rank(r: str) -> tuple[bool, bool, int, tuple[str, int]]:
     t = hw.kind(r)
@@ -310,6 +312,13 @@ def _search_order(w: hw.World) -> list[str]:
             places.index(t) if t in places else 0, hw.name_key(r))
 
   return sorted(w.receptacles, key=rank)
+
+
+def start_places_first(w: hw.World) -> list[str]:
+  """The search order of the places the goal object can start in first:
+  `_search_order` without the target's type, where the object never starts
+  (the demonstrations' expert tries it among the usual places)."""
+  return _search_order(w, skip_target=True)
 
 
 def _plan(w: hw.World, known: set[str] | None,
@@ -406,39 +415,46 @@ def expert_actions(env: HouseholdEnv) -> list[str]:
 def search_stats(ground_truth: dict[str, Any],
                  steps: Sequence[tuple[str, bool]]
                  ) -> dict[str, tuple[float, float]]:
-  """Where an episode searched for its goal object, against chance.
+  """Where an episode looked for its goal object in vain, against chance.
 
   The searches are the valid "go to X" steps before the first valid "take"
-  (the search phase of `gaps.step_phases`). A search is usual when X's type is
-  one of the places the goal object can start in: its type's usual places
+  (the search phase of `gaps.step_phases`); the misses among them are those
+  to a receptacle that held no goal object. A miss is usual when X's type is
+  one the goal object can start in: its type's usual places
   (`household_world.PLACES`) other than the task's target. Its chance is the
-  share of the room's receptacles that are such places, what a search that
-  knows nothing of object types scores on average.
+  share of usual receptacles among the room's receptacles that held no goal
+  object: a search blind to object types misses uniformly over those, so it
+  scores its chance on average however soon it finds the object (counting
+  the finds too would lift any search above chance).
 
   Args:
     ground_truth: the episode's `HouseholdEnv.ground_truth()`.
     steps: (action, valid) of each step, in order.
 
   Returns:
-    {"search_usual": (usual searches, searches), "search_usual_chance":
-    (chance summed over the searches, searches)}: numerators and
-    denominators, to be summed over episodes.
+    {"search_usual": (usual misses, misses), "search_usual_chance": (chance
+    summed over the misses, misses)}: numerators and denominators, to be
+    summed over episodes (`episodes.sum_ratios`).
   """
   usual = set(hw.PLACES[ground_truth["object_type"]]) - {
       ground_truth["target_type"]}
-  room = hw.layout_receptacles(ground_truth["layout"])
-  chance = sum(hw.kind(r) in usual for r in room) / len(room)
-  searches = hits = 0
+  held = set(ground_truth["start_locations"].values())
+  empty = [r for r in hw.layout_receptacles(ground_truth["layout"])
+           if r not in held]
+  chance = (sum(hw.kind(r) in usual for r in empty) / len(empty)
+            if empty else 0.0)
+  misses = hits = 0
   for action, valid in steps:
     if not valid:
       continue
     if action.startswith("take "):
       break
-    if action.startswith("go to "):
-      searches += 1
-      hits += hw.kind(action[len("go to "):]) in usual
-  return {"search_usual": (float(hits), float(searches)),
-          "search_usual_chance": (chance * searches, float(searches))}
+    place = action[len("go to "):]
+    if action.startswith("go to ") and place not in held:
+      misses += 1
+      hits += hw.kind(place) in usual
+  return {"search_usual": (float(hits), float(misses)),
+          "search_usual_chance": (chance * misses, float(misses))}
 
 
 def episode_stats(episode: Any) -> dict[str, tuple[float, float]]:
@@ -462,15 +478,22 @@ class ExpertPlanner:
     shuffle_search: with peek=False, search receptacles in a random order
       instead of the likely places first (another kind of imperfection).
     seed: seed of the noise and the shuffle.
+    search_order: with peek=False, search_order(world) gives the search
+      order of the world's receptacles instead of the likely places first
+      (`start_places_first` skips the target's type, where the object never
+      starts); ignored with shuffle_search.
   """
 
   def __init__(self, env: HouseholdEnv, *, peek: bool = True,
                noise: float = 0.0, shuffle_search: bool = False,
-               seed: int = 0) -> None:
+               seed: int = 0,
+               search_order: Callable[[hw.World], list[str]] | None = None
+               ) -> None:
     self.env = env
     self.peek = peek
     self.noise = noise
     self.shuffle_search = shuffle_search
+    self.search_order = search_order
     self.rng = random.Random(seed)
     self._new_episode(env.world)
 
@@ -483,6 +506,8 @@ class ExpertPlanner:
     if self.shuffle_search and world is not None:
       self.order = list(world.receptacles)
       self.rng.shuffle(self.order)
+    elif self.search_order and world is not None:
+      self.order = self.search_order(world)
 
   def act(self) -> str:
     w = self.env.world

@@ -280,15 +280,13 @@ def generate(seed: int, *, unseen: bool = False,
 
 
 def layout_receptacles(layout: str) -> list[str]:
-  """The receptacles a layout names, in its order:
-  layout_receptacles("kitchen:cabinet=2,fridge=1") == ["cabinet 1",
+  """The receptacles a layout names, by type then number, as a world lists
+  them: layout_receptacles("kitchen:fridge=1,cabinet=2") == ["cabinet 1",
   "cabinet 2", "fridge 1"]."""
   _, _, spec = layout.partition(":")
-  out = []
-  for part in filter(None, spec.split(",")):
-    t, _, n = part.partition("=")
-    out += [f"{t} {i}" for i in range(1, int(n) + 1)]
-  return out
+  counts = dict(part.split("=") for part in spec.split(",") if part)
+  return [f"{t} {i}" for t in sorted(counts)
+          for i in range(1, int(counts[t]) + 1)]
 
 
 def _pick_layout(rng: random.Random, room: str, unseen: bool
@@ -305,8 +303,7 @@ def _try_generate(rng: random.Random, seed: int, family: str,
                   unseen: bool) -> World | None:
   room = rng.choice(FAMILY_ROOMS[family])
   layout, counts = _pick_layout(rng, room, unseen)
-  types = [t for t in sorted(counts) if counts[t]]
-  receptacles = [f"{t} {i}" for t in types for i in range(1, counts[t] + 1)]
+  receptacles = layout_receptacles(layout)
   room_objects = ROOMS[room][1]
   candidates = [o for o in room_objects
                 if o in FAMILY_OBJECTS.get(family, room_objects)]
