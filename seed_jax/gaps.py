@@ -44,6 +44,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from seed_jax import atomic
+from seed_jax.envs import household
 
 KINDS = ("reasoning place", "action place", "other action", "other")
 _WORD = re.compile(r"\w")
@@ -95,9 +96,8 @@ def step_phases(steps: Sequence[Any]) -> list[str]:
   Example: actions "go to cabinet 1", "take mug 1 from cabinet 1" (valid),
   "go to sinkbasin 1" -> "before take", "from take", "from take".
   """
-  first = next((i for i, st in enumerate(steps)
-                if st.action_valid and st.action.startswith("take ")),
-               len(steps))
+  first = household.search_end([(st.action, st.action_valid)
+                                for st in steps])
   return [PHASES[i >= first] for i in range(len(steps))]
 
 

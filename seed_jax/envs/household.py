@@ -412,13 +412,24 @@ def expert_actions(env: HouseholdEnv) -> list[str]:
   return _plan(env.world, None)
 
 
+def search_end(steps: Sequence[tuple[str, bool]]) -> int:
+  """Index of an episode's first valid "take" (len(steps) when none): the
+  steps before it are the search for the goal object.
+
+  Args:
+    steps: (action, valid) of each step, in order.
+  """
+  return next((i for i, (action, valid) in enumerate(steps)
+               if valid and action.startswith("take ")), len(steps))
+
+
 def search_stats(ground_truth: dict[str, Any],
                  steps: Sequence[tuple[str, bool]]
                  ) -> dict[str, tuple[float, float]]:
   """Where an episode looked for its goal object in vain, against chance.
 
   The searches are the valid "go to X" steps before the first valid "take"
-  (the search phase of `gaps.step_phases`); the misses among them are those
+  (`search_end`; the "before take" phase of `gaps.step_phases`); the misses among them are those
   to a receptacle that held no goal object. A miss is usual when X's type is
   one the goal object can start in: its type's usual places
   (`household_world.PLACES`) other than the task's target. Its chance is the
@@ -444,13 +455,9 @@ def search_stats(ground_truth: dict[str, Any],
   chance = (sum(hw.kind(r) in usual for r in empty) / len(empty)
             if empty else 0.0)
   misses = hits = 0
-  for action, valid in steps:
-    if not valid:
-      continue
-    if action.startswith("take "):
-      break
+  for action, valid in steps[:search_end(steps)]:
     place = action[len("go to "):]
-    if action.startswith("go to ") and place not in held:
+    if valid and action.startswith("go to ") and place not in held:
       misses += 1
       hits += hw.kind(place) in usual
   return {"search_usual": (float(hits), float(misses)),
