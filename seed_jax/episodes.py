@@ -88,3 +88,29 @@ def sum_ratios(stats: Iterable[Stats]) -> dict[str, float]:
       total[1] += den
   return {name: num / den for name, (num, den) in sorted(sums.items())
           if den > 0}
+
+
+def ratio_errors(stats: Iterable[Stats]) -> dict[str, float]:
+  """The standard error over episodes of each `sum_ratios` ratio, as
+  "<name>_se".
+
+  The ratio R = sum(num) / sum(den) is linearized (the delta method, episodes
+  as the sampling units): se = sqrt(k / (k - 1) * sum((num_i - R den_i)^2)) /
+  sum(den), over the k episodes that report the statistic. Left out where
+  the summed denominator is 0 or fewer than 2 episodes report it.
+
+  Example: ratio_errors([{"hit": (1, 1)}, {"hit": (0, 1)}]) == {"hit_se": 0.5}.
+  """
+  per: dict[str, list[tuple[float, float]]] = {}
+  for one in stats:
+    for name, pair in one.items():
+      per.setdefault(name, []).append(pair)
+  out = {}
+  for name, pairs in sorted(per.items()):
+    total = sum(den for _, den in pairs)
+    if total <= 0 or len(pairs) < 2:
+      continue
+    ratio = sum(num for num, _ in pairs) / total
+    squares = sum((num - ratio * den) ** 2 for num, den in pairs)
+    out[f"{name}_se"] = (len(pairs) / (len(pairs) - 1) * squares) ** 0.5 / total
+  return out

@@ -146,9 +146,11 @@ def evaluate_split(policy: rollout_lib.Policy, params, *, env_name: str,
      episode's reset failed), and the ratios of the environment's
      `episode_stats` summed over the episodes (`episodes.sum_ratios`;
      household: "search_usual", the share of the searches in vain that went
-     where the goal object can start, and "search_usual_chance", that share
-     for a search blind to object types; a ratio is left out where its
-     denominator is 0)}.
+     where the goal object can start, "search_usual_chance", that share
+     for a search blind to object types, and "search_usual_over_chance", the
+     first less the second; a ratio is left out where its denominator is 0),
+     each with its standard error over the episodes as "<ratio>_se"
+     (`episodes.ratio_errors`)}.
 
   Raises:
     NonFiniteLogitsError: a reply sampled with NaN or infinite log-probs
@@ -206,6 +208,7 @@ def evaluate_split(policy: rollout_lib.Policy, params, *, env_name: str,
   if replies:
     out["responses_truncated"] = float(np.mean(replies))
   out.update(episodes.sum_ratios(stats))
+  out.update(episodes.ratio_errors(stats))
   for fam, v in sorted(wins.items()):
     out[f"success/{fam}"] = float(np.mean(v))
     out[f"tasks/{fam}"] = float(len(v))

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from seed_jax import envs
@@ -88,6 +89,28 @@ def test_episode_stats_are_registered_and_summed(monkeypatch):
                               {"hit": (0, 1), "miss": (0, 0)}]) == {
                                   "hit": 0.25}
   assert episodes.sum_ratios([]) == {}
+
+
+def test_ratio_errors_match_the_delta_method_and_a_resampling():
+  # Two episodes: hits 1 of 1 and 0 of 1; R = 1/2, residuals +1/2 and -1/2,
+  # se = sqrt(2 * (1/4 + 1/4)) / 2 = 1/2 (the binomial se with k/(k-1)).
+  assert episodes.ratio_errors([{"hit": (1, 1)}, {"hit": (0, 1)}]) == {
+      "hit_se": 0.5}
+  # No denominator, or a single episode: no error.
+  assert episodes.ratio_errors([{"hit": (0, 0)}, {"hit": (0, 0)}]) == {}
+  assert episodes.ratio_errors([{"hit": (1, 3)}]) == {}
+  # Unequal denominators: close to the spread of the ratio of sums over
+  # bootstrap resamples of the episodes.
+  rng = np.random.default_rng(0)
+  dens = rng.integers(0, 8, size=400).astype(float)
+  nums = rng.binomial(dens.astype(int), 0.3).astype(float)
+  se = episodes.ratio_errors(
+      [{"hit": (n, d)} for n, d in zip(nums, dens)])["hit_se"]
+  boot = []
+  for _ in range(2000):
+    i = rng.integers(0, len(dens), size=len(dens))
+    boot.append(nums[i].sum() / dens[i].sum())
+  assert se == pytest.approx(np.std(boot), rel=0.1)
 
 
 def test_splits_are_disjoint_and_seeds_checked():

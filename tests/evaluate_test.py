@@ -468,6 +468,10 @@ def test_the_environments_episode_stats_are_summed_over_episodes(
   # without it are. The mean of the episodes' ratios would be (1/2 + 1) / 2.
   assert out["search_usual"] == pytest.approx(2 / 3)
   assert out["search_usual_chance"] == pytest.approx(2 / 3)
+  assert out["search_usual_over_chance"] == pytest.approx(0.0)
+  # Over the 3 episodes, (hits, misses) are (1, 2), (1, 1) and (0, 0): the
+  # residuals from R = 2/3 are -1/3, +1/3 and 0.
+  assert out["search_usual_se"] == pytest.approx((3 / 2 * 2 / 9) ** 0.5 / 3)
   out = evaluate.evaluate_split(None, None, env_name="household",
                                 split="eval_seen", num_tasks=1, max_steps=3)
   assert out["search_usual"] == 1 / 2
@@ -476,6 +480,7 @@ def test_the_environments_episode_stats_are_summed_over_episodes(
   out = evaluate.evaluate_split(None, None, env_name="household",
                                 split="eval_seen", num_tasks=1, max_steps=3)
   assert "search_usual" not in out and "search_usual_chance" not in out
+  assert "search_usual_se" not in out
 
 
 def test_a_policy_with_nan_logits_is_refused():

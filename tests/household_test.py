@@ -360,8 +360,10 @@ def test_search_stats_count_valid_misses_before_the_first_take():
   stats = household.search_stats(truth, steps)
   assert stats["search_usual"] == (1.0, 3.0)
   assert stats["search_usual_chance"] == pytest.approx((3 / 4, 3.0))
+  assert stats["search_usual_over_chance"] == pytest.approx((1 - 3 / 4, 3.0))
   assert household.search_stats(truth, []) == {
-      "search_usual": (0.0, 0.0), "search_usual_chance": (0.0, 0.0)}
+      "search_usual": (0.0, 0.0), "search_usual_chance": (0.0, 0.0),
+      "search_usual_over_chance": (0.0, 0.0)}
 
 
 def test_start_places_first_searches_only_where_the_object_can_start():

@@ -444,8 +444,11 @@ def search_stats(ground_truth: dict[str, Any],
 
   Returns:
     {"search_usual": (usual misses, misses), "search_usual_chance": (chance
-    summed over the misses, misses)}: numerators and denominators, to be
-    summed over episodes (`episodes.sum_ratios`).
+    summed over the misses, misses), "search_usual_over_chance": (usual
+    misses less their chance, misses)}: numerators and denominators, to be
+    summed over episodes (`episodes.sum_ratios`); the third, the lead over
+    chance, is its own ratio so that it gets its own standard error
+    (`episodes.ratio_errors`).
   """
   usual = set(hw.PLACES[ground_truth["object_type"]]) - {
       ground_truth["target_type"]}
@@ -461,7 +464,8 @@ def search_stats(ground_truth: dict[str, Any],
       misses += 1
       hits += hw.kind(place) in usual
   return {"search_usual": (float(hits), float(misses)),
-          "search_usual_chance": (chance * misses, float(misses))}
+          "search_usual_chance": (chance * misses, float(misses)),
+          "search_usual_over_chance": (hits - chance * misses, float(misses))}
 
 
 def episode_stats(episode: Any) -> dict[str, tuple[float, float]]:
