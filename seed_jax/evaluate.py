@@ -18,9 +18,10 @@ keeps it as the KL reference, and `--step=0` scores that.
 
 Writes JSON (every metric, named as in the run's metrics.jsonl:
 "eval/seen/success", "eval/unseen/success/<family>", ..., on the household
-game "eval/<split>/search_usual" and "search_usual_chance", and under
-"per_task" each task's outcome as a string of 0s and 1s in task order, for
-comparisons task by task) and CSV (split, family, success, tasks,
+game "eval/<split>/search_usual", "search_usual_chance" and
+"search_usual_over_chance", each with its standard error as "<ratio>_se",
+and under "per_task" each task's outcome as a string of 0s and 1s in task
+order, for comparisons task by task) and CSV (split, family, success, tasks,
 responses_truncated: the share of replies cut at max_new_tokens), by
 default to `RUN/eval/step_<N>_tasks<K>_seed<S>_temp<T>.{json,csv}` (see
 `report_path`), so evaluations with other settings never overwrite each
