@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 # An environment's statistics of one episode: {name: (numerator,
 # denominator)}, summed over episodes before dividing (`sum_ratios`).
@@ -90,27 +90,23 @@ def sum_ratios(stats: Iterable[Stats]) -> dict[str, float]:
           if den > 0}
 
 
-def ratio_errors(stats: Iterable[Stats]) -> dict[str, float]:
+def ratio_errors(stats: Sequence[Stats]) -> dict[str, float]:
   """The standard error over episodes of each `sum_ratios` ratio, as
   "<name>_se".
 
   The ratio R = sum(num) / sum(den) is linearized (the delta method, episodes
   as the sampling units): se = sqrt(k / (k - 1) * sum((num_i - R den_i)^2)) /
   sum(den), over the k episodes that report the statistic. Left out where
-  the summed denominator is 0 or fewer than 2 episodes report it.
+  `sum_ratios` leaves the ratio out or fewer than 2 episodes report it.
 
   Example: ratio_errors([{"hit": (1, 1)}, {"hit": (0, 1)}]) == {"hit_se": 0.5}.
   """
-  per: dict[str, list[tuple[float, float]]] = {}
-  for one in stats:
-    for name, pair in one.items():
-      per.setdefault(name, []).append(pair)
   out = {}
-  for name, pairs in sorted(per.items()):
-    total = sum(den for _, den in pairs)
-    if total <= 0 or len(pairs) < 2:
+  for name, ratio in sum_ratios(stats).items():
+    pairs = [one[name] for one in stats if name in one]
+    if len(pairs) < 2:
       continue
-    ratio = sum(num for num, _ in pairs) / total
     squares = sum((num - ratio * den) ** 2 for num, den in pairs)
+    total = sum(den for _, den in pairs)
     out[f"{name}_se"] = (len(pairs) / (len(pairs) - 1) * squares) ** 0.5 / total
   return out
