@@ -199,6 +199,14 @@ def test_different_model_is_a_clear_error(saved):
     assert ckpt.all_steps() == [2, 3]
 
 
+def test_attention_block_is_not_a_different_model(saved):
+  # How attention is split is arithmetic, not the model: such a checkpoint
+  # restores (the compute dtype, by contrast, is still compared).
+  other = CONFIG.replace(attention_block=0)
+  with checkpoints.Checkpointer(saved, model_config=other) as ckpt:
+    assert ckpt.restore_latest(_abstract(_mesh())[0]) is not None
+
+
 def test_intact_step_with_wrong_target_raises_and_stays(saved, tmp_path):
   workdir = _copy(saved, tmp_path)
   wrong = _abstract(_mesh())[0].params  # params alone, not a TrainState

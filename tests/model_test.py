@@ -115,6 +115,39 @@ def test_segments_equal_separate_forwards():
     run(a, ma, segments=(40, 41))
 
 
+@pytest.mark.parametrize("block", [0, 16, 200])
+def test_attention_blocks_compute_the_same(block):
+  # The block size changes how attention is split, not what it computes:
+  # a packed forward in two segments and a cached prefill, each against the
+  # CPU default of 64-query blocks.
+  cfg = testing.tiny_config(family="qwen3")
+  other = cfg.replace(attention_block=block)
+  params = model_lib.init_params(cfg, jax.random.key(2))
+  rng = np.random.default_rng(6)
+  toks, mask = hf_reference.left_padded_batch(rng, 128, [150, 60], 180)
+  pos = np.concatenate([model_lib.positions_from_mask(mask[:, :100]),
+                        model_lib.positions_from_mask(mask[:, 100:])], 1)
+
+  @functools.partial(jax.jit, static_argnames="config")
+  def run(params, config):
+    packed, _ = model_lib.forward(params, toks, pos, mask, config=config,
+                                  segments=(100, 80))
+    cache = model_lib.init_cache(config, 2, 180)
+    prefill, _ = model_lib.forward(params, toks, pos, mask, config=config,
+                                   cache=cache, cache_index=0)
+    return packed, prefill
+
+  real = mask.astype(bool)
+  for got, want in zip(run(params, other), run(params, cfg)):
+    np.testing.assert_allclose(np.asarray(got)[real], np.asarray(want)[real],
+                               atol=1e-5)
+  assert model_lib._query_blocks(0, 150, block) == (
+      [(0, 150)] if block in (0, 200) else
+      [(b, min(b + 16, 150)) for b in range(0, 150, 16)])
+  with pytest.raises(ValueError, match="attention_block"):
+    cfg.replace(attention_block=-1)
+
+
 def test_config_from_hf_fields():
   cfg = model_lib.ModelConfig.from_hf({
       "model_type": "qwen2", "vocab_size": 10, "hidden_size": 8,
