@@ -490,9 +490,11 @@ def rescored(reports: Mapping[str, Mapping[int, Mapping[str, Mapping[
                  `by_task` of the seeds whose reports both have per-task
                  outcomes}}}, for methods with such seeds
       "search": {method: {"start" | "final": {split: {"usual" |
-                "chance": mean_std of "eval/<split>/search_usual" |
-                "search_usual_chance"}}}}, over the reports that have them
-                (household evaluations; see `evaluate.evaluate_split`)
+                "chance" | "lead" | "lead_se": mean_std of
+                "eval/<split>/search_usual" | "search_usual_chance" |
+                "search_usual_over_chance" | its "_se"}}}}, each over the
+                reports that have it (household evaluations; see
+                `evaluate.evaluate_split`; older ones have no lead)
 
   Raises:
     ValueError: a report without a field read here (`REPORT_KEYS`, each
@@ -570,9 +572,12 @@ def rescored(reports: Mapping[str, Mapping[int, Mapping[str, Mapping[
             for fam, suffix in [("all", "")] + [(f, "/" + f) for f in fams]}
       search = {split: {name: mean_std(
           [g[f"eval/{split}/{key}"] for g in got
-           if g.get(f"eval/{split}/search_usual") is not None])
+           if g.get(f"eval/{split}/search_usual") is not None
+           and g.get(f"eval/{split}/{key}") is not None])
           for name, key in (("usual", "search_usual"),
-                            ("chance", "search_usual_chance"))}
+                            ("chance", "search_usual_chance"),
+                            ("lead", "search_usual_over_chance"),
+                            ("lead_se", "search_usual_over_chance_se"))}
                 for split in SPLITS}
       if any(v["usual"]["n"] for v in search.values()):
         out["search"].setdefault(m, {})[which] = search

@@ -291,14 +291,25 @@ def rescored_markdown(summary: Mapping[str, Any]) -> str:
           ["split", "method", *(f"{100 * f:.0f}%" for f in fr)], rows)
   search = summary.get("search") or {}
   if search:
+    def lead(got):  # the lead over chance in points, if the reports have it
+      got, se = got.get("lead"), got.get("lead_se")
+      if not got or not got["n"]:
+        return ""
+      spread = (f" (se {100 * se['mean']:.1f})" if got["n"] == 1 and se
+                and se["n"] else _spread(got, 100))
+      return f"; {100 * got['mean']:+.1f}{spread}"
+
     cell = lambda got: ("-" if not got or not got["usual"]["n"] else
-                        f"{pct(got['usual'])} ({pct(got['chance'])})")
+                        f"{pct(got['usual'])} ({pct(got['chance'])})"
+                        + lead(got))
     lines += ["", "**Where the policies searched**: the share in percent of "
               "the searches in vain (valid \"go to\" steps before the "
               "first take, to a place without the object) that went where "
               "the goal object can start, and in brackets that share for a "
-              "search blind to object types (`household.search_stats`).",
-              ""]
+              "search blind to object types (`household.search_stats`); "
+              "after the semicolon, the lead over that chance in points, "
+              "with its standard error over the episodes for one seed "
+              "(se), else ± the std over seeds.", ""]
     lines += table_lines(
         ["method", *(f"{w} {split}" for split in SPLITS
                      for w in ("start", "final"))],

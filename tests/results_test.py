@@ -674,7 +674,22 @@ def test_rescored_says_where_the_policies_searched():
   assert "**Where the policies searched**" in text
   assert ("| grpo | 50.0 (50.0) | 62.5 ± 17.7 (37.5 ± 17.7) | 50.0 (50.0) | "
           "50.0 ± 35.4 (37.5 ± 17.7) |") in text
-  del reports["grpo"]
+  # The lead over chance: its standard error over episodes for one seed,
+  # the std over seeds for several; reports without it (older) add nothing.
+  reports["seed"][0]["final"]["metrics"].update({
+      "eval/seen/search_usual": 0.6, "eval/seen/search_usual_chance": 0.4,
+      "eval/seen/search_usual_over_chance": 0.2,
+      "eval/seen/search_usual_over_chance_se": 0.05})
+  for seed, value in ((0, 0.1), (1, 0.3)):
+    reports["grpo"][seed]["final"]["metrics"].update({
+        "eval/unseen/search_usual_over_chance": value,
+        "eval/unseen/search_usual_over_chance_se": 0.02})
+  text = results.rescored_markdown(results.rescored(reports))
+  assert "| seed | - | 60.0 (40.0); +20.0 (se 5.0) | - | - |" in text
+  assert "50.0 ± 35.4 (37.5 ± 17.7); +20.0 ± 14.1 |" in text
+  assert "62.5 ± 17.7 (37.5 ± 17.7) |" in text  # seen: no lead recorded
+  del reports["grpo"], reports["seed"][0]["final"]["metrics"][
+      "eval/seen/search_usual"]
   out = results.rescored(reports)
   assert out["search"] == {}
   assert "Where the policies searched" not in results.rescored_markdown(out)
