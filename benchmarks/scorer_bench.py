@@ -16,8 +16,8 @@ are left-padded to the trainer's prompt buckets, responses (half to all of
 one dual call and two single calls (wall and process CPU time); compilation
 is timed apart. A --model folder without safetensors (config.json alone)
 gets random weights of its shapes: timings do not depend on the values, and
-the file can travel where the GGUF cannot. Not a timed test: numbers depend
-on the machine.
+a config.json is easily copied to a machine without the GGUF. Not a timed
+test: numbers depend on the machine.
 """
 
 from __future__ import annotations
@@ -189,8 +189,8 @@ def main() -> None:
         f"{b.tokens.shape[1]} prompt slots, responses {args.response_len}, "
         f"chunk {args.chunk}, threads={args.threads}, repeats={args.repeats}, "
         f"load avg {load_before[0]:.1f} -> {load_after[0]:.1f}")
-  print(f"{'dtype/block':14s} {'dual s':>8s} {'2 singles s':>12s} {'dual/2':>7s} "
-        f"{'(cpu)':>7s} {'1st dual s':>10s} {'max |diff|':>10s} "
+  print(f"{'dtype/block':14s} {'dual s':>8s} {'2 singles s':>12s} "
+        f"{'dual/2':>7s} {'(cpu)':>7s} {'1st dual s':>10s} {'max |diff|':>10s} "
         f"{'mean |logp|':>11s}")
   for row in rows:
     print(f"{row['label']:14s} {row['dual_median_s']:8.4f} "

@@ -553,7 +553,8 @@ def _query_blocks(start: int, end: int, size: int | None = None
   blocks of 256 made SmolLM2-135M's scoring 4% to 12% faster than blocks of
   64 at batch 16 and were within 2% of one block; at batch 64 they were 3%
   to 6% faster than one block and up to 5% slower than 64 (see the README's
-  speed paragraph). They also bound the [B, H, block, T] scores of long sequences.
+  speed paragraph). They also bound the [B, H, block, T] scores of long
+  sequences.
 
   Args:
     size: queries per block (`ModelConfig.attention_block`); 0 for one
