@@ -1,5 +1,6 @@
 """Checkpoint round trips on a 2x2x2 mesh, resume, mismatch and corruption."""
 
+import dataclasses
 import errno
 import functools
 import json
@@ -205,6 +206,13 @@ def test_attention_block_is_not_a_different_model(saved):
   other = CONFIG.replace(attention_block=0)
   with checkpoints.Checkpointer(saved, model_config=other) as ckpt:
     assert ckpt.restore_latest(_abstract(_mesh())[0]) is not None
+    # A config written before a field existed lacks its key: the default.
+    older = dataclasses.asdict(CONFIG)
+    del older["attention_block"]
+    ckpt._check_model(json.loads(json.dumps(older)))
+    older["hidden_size"] = 128
+    with pytest.raises(ValueError, match="hidden_size 128 != 64"):
+      ckpt._check_model(json.loads(json.dumps(older)))
 
 
 def test_intact_step_with_wrong_target_raises_and_stays(saved, tmp_path):
