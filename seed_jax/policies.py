@@ -392,6 +392,7 @@ def run_stage1(policy: Policy, cfg: Stage1Config, workdir: epath.Path, *,
 
 def prepare(workdir, *, seed: int = 0, source: str = "demo",
             model_dir: str | None = None, dtype: str | None = None,
+            attention_block: int | None = None,
             stage1: Stage1Config | None = None, env_name: str = "household",
             max_new_tokens: int = 64, demo_kwargs: dict | None = None,
             cache_dir: str | None = None, teacher=None,
@@ -406,6 +407,9 @@ def prepare(workdir, *, seed: int = 0, source: str = "demo",
     model_dir: the folder for source="hf".
     dtype: compute dtype override (e.g. "bfloat16"), for every source and
       for the policy reloaded from `workdir/policy` or `cache_dir`.
+    attention_block: queries per attention block outside the decode loop
+      (`ModelConfig.attention_block`), applied alike; None: 64 on CPU, 256
+      on accelerators.
     stage1: run Stage 1 before RL (None: skip it, "SEED without Stage 1").
     env_name: the environment of Stage 1's rollouts.
     max_new_tokens: the per-turn response budget of Stage-1 rollouts.
@@ -449,8 +453,10 @@ def prepare(workdir, *, seed: int = 0, source: str = "demo",
                      f"run's env_name {env_name!r}")
   workdir = epath.Path(workdir)
   folder = workdir / "policy"
-  # The compute dtype is no part of config.json: a reload needs it too.
+  # How to compute is no part of config.json: a reload needs it too.
   overrides = {"dtype": dtype} if dtype else {}
+  if attention_block is not None:
+    overrides["attention_block"] = attention_block
   asked = _asked(source=source, model_dir=model_dir, seed=seed,
                  env_name=env_name, demo_kwargs=demo_kwargs, stage1=stage1)
   if (folder / "config.json").exists():

@@ -140,7 +140,7 @@ def test_a_reloaded_policy_keeps_the_dtype_override(tmp_path):
                           model_dir=model_dir).config.dtype == "float32"
 
 
-def test_a_demo_warm_start_keeps_the_dtype_override(tmp_path, monkeypatch):
+def test_a_demo_warm_start_keeps_the_compute_overrides(tmp_path, monkeypatch):
   from seed_jax import demo  # pylint: disable=g-import-not-at-top
   config = testing.tiny_config(vocab_size=300)
   params = model_lib.init_params(config, jax.random.key(0))
@@ -152,17 +152,17 @@ def test_a_demo_warm_start_keeps_the_dtype_override(tmp_path, monkeypatch):
 
   monkeypatch.setattr(demo, "warm_start", warm_start)
   cache = str(tmp_path / "cache")
-  fresh = policies.prepare(tmp_path / "w1", dtype="bfloat16", cache_dir=cache)
-  reloaded = policies.prepare(tmp_path / "w1", dtype="bfloat16",
-                              cache_dir=cache)  # from w1/policy
-  cached = policies.prepare(tmp_path / "w2", dtype="bfloat16",
-                            cache_dir=cache)  # from the cache
+  kw = dict(dtype="bfloat16", attention_block=128, cache_dir=cache)
+  fresh = policies.prepare(tmp_path / "w1", **kw)
+  reloaded = policies.prepare(tmp_path / "w1", **kw)  # from w1/policy
+  cached = policies.prepare(tmp_path / "w2", **kw)  # from the cache
   assert len(runs) == 1
   for policy in (fresh, reloaded, cached):
     assert policy.config.dtype == "bfloat16"
     assert policy.config.param_dtype == "float32"
-  assert policies.prepare(tmp_path / "w3",
-                          cache_dir=cache).config.dtype == "float32"
+    assert policy.config.attention_block == 128
+  plain = policies.prepare(tmp_path / "w3", cache_dir=cache).config
+  assert plain.dtype == "float32" and plain.attention_block is None
 
 
 @pytest.mark.parametrize("index,match", [
