@@ -130,9 +130,17 @@ def abstract_tree(shapes: Any, shardings: Any) -> Any:
 
 
 def _config_dict(config: model_lib.ModelConfig | None) -> dict | None:
-  # A JSON round trip turns tuples into lists, as they will read back.
-  return None if config is None else json.loads(
-      json.dumps(dataclasses.asdict(config)))
+  """The model config as saved with every step and compared on restore.
+
+  Without `attention_block`: how attention is split changes the arithmetic,
+  not the model. A JSON round trip turns tuples into lists, as they will
+  read back.
+  """
+  if config is None:
+    return None
+  fields = dataclasses.asdict(config)
+  del fields["attention_block"]
+  return json.loads(json.dumps(fields))
 
 
 def check_writable(path: epath.PathLike) -> None:
@@ -667,11 +675,10 @@ class Checkpointer:
   def _check_model(self, saved: dict | None) -> None:
     if self._model is None or saved is None or saved == self._model:
       return
-    # A key one side lacks reads as None, the default of fields added later;
-    # how attention is blocked changes the arithmetic, not the model.
+    # A key one side lacks reads as None, the default of fields added later.
     diffs = [f"{k} {saved.get(k, '<unset>')} != {self._model.get(k, '<unset>')}"
              for k in sorted(set(saved) | set(self._model))
-             if saved.get(k) != self._model.get(k) and k != "attention_block"]
+             if saved.get(k) != self._model.get(k)]
     if not diffs:
       return
     raise ModelMismatchError(

@@ -572,8 +572,7 @@ def rescored(reports: Mapping[str, Mapping[int, Mapping[str, Mapping[
             for fam, suffix in [("all", "")] + [(f, "/" + f) for f in fams]}
       search = {split: {name: mean_std(
           [g[f"eval/{split}/{key}"] for g in got
-           if g.get(f"eval/{split}/search_usual") is not None
-           and g.get(f"eval/{split}/{key}") is not None])
+           if g.get(f"eval/{split}/{key}") is not None])
           for name, key in (("usual", "search_usual"),
                             ("chance", "search_usual_chance"),
                             ("lead", "search_usual_over_chance"),

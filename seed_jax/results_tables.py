@@ -292,12 +292,12 @@ def rescored_markdown(summary: Mapping[str, Any]) -> str:
   search = summary.get("search") or {}
   if search:
     def lead(got):  # the lead over chance in points, if the reports have it
-      got, se = got.get("lead"), got.get("lead_se")
-      if not got or not got["n"]:
+      over, se = got.get("lead"), got.get("lead_se")
+      if not over or not over["n"]:
         return ""
-      spread = (f" (se {100 * se['mean']:.1f})" if got["n"] == 1 and se
-                and se["n"] else _spread(got, 100))
-      return f"; {100 * got['mean']:+.1f}{spread}"
+      spread = (f" (se {100 * se['mean']:.1f})" if over["n"] == 1 and se
+                and se["n"] else _spread(over, 100))
+      return f"; {100 * over['mean']:+.1f}{spread}"
 
     cell = lambda got: ("-" if not got or not got["usual"]["n"] else
                         f"{pct(got['usual'])} ({pct(got['chance'])})"

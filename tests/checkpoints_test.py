@@ -206,9 +206,11 @@ def test_attention_block_is_not_a_different_model(saved):
   other = CONFIG.replace(attention_block=0)
   with checkpoints.Checkpointer(saved, model_config=other) as ckpt:
     assert ckpt.restore_latest(_abstract(_mesh())[0]) is not None
-    # A config written before a field existed lacks its key: the default.
+    # A config written before a field existed lacks its key: None, the
+    # default such fields are added with (here rope_scaling's).
     older = dataclasses.asdict(CONFIG)
-    del older["attention_block"]
+    del older["attention_block"], older["rope_scaling"]
+    assert CONFIG.rope_scaling is None
     ckpt._check_model(json.loads(json.dumps(older)))
     older["hidden_size"] = 128
     with pytest.raises(ValueError, match="hidden_size 128 != 64"):
