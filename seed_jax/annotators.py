@@ -15,6 +15,10 @@ from typing import Any, Sequence
 from seed_jax.episodes import Episode
 
 MAX_SKILL_CHARS = 300
+# How household skills say where things were: "place" names it ("cabinet
+# 3"), "kind" only its kind ("a cabinet"), so that a skill reads as advice
+# for other layouts, where the numbered place means nothing.
+DETAILS = ("place", "kind")
 _PAST = {"clean": "cleaned", "heat": "heated", "cool": "cooled"}
 
 
@@ -41,11 +45,13 @@ def _clip(text: str) -> str:
   return text[:MAX_SKILL_CHARS - 3].rstrip() + "..."
 
 
-def annotate(episode: Episode) -> dict[str, str] | None:
+def annotate(episode: Episode, detail: str = "place"
+             ) -> dict[str, str] | None:
   """Writes the hindsight analysis of one episode.
 
   Args:
     episode: a finished episode with `ground_truth` from its environment.
+    detail: one of `DETAILS` ("kind": household only).
 
   Returns:
     None when there is nothing to ground an analysis in (`episode.error` is
@@ -58,12 +64,16 @@ def annotate(episode: Episode) -> dict[str, str] | None:
     unexplored cabinets before revisiting places."}
 
   Raises:
-    ValueError: an environment without rules.
+    ValueError: an environment without rules, or a `detail` it cannot give.
   """
   check_env(episode.env_name, "annotate")
+  check_detail(detail, episode.env_name)
   if episode.error or not episode.ground_truth:
     return None  # the environment raised, or its ground_truth() did
-  summary, skill = _RULES[episode.env_name](episode, episode.ground_truth)
+  if episode.env_name == "household":
+    summary, skill = _household(episode, episode.ground_truth, detail)
+  else:
+    summary, skill = _RULES[episode.env_name](episode, episode.ground_truth)
   return {"episode_summary": summary, "episode_skill": _clip(skill)}
 
 
@@ -74,13 +84,24 @@ def check_env(env_name: str, who: str) -> None:
                      f"{list(_RULES)}, got {env_name!r}")
 
 
-def annotate_strict(episode: Episode) -> dict[str, str]:
+def check_detail(detail: str, env_name: str = "household") -> None:
+  """Raises ValueError when `detail` is not one of `DETAILS` or (other than
+  "place") is asked of a game other than the household one."""
+  if detail not in DETAILS:
+    raise ValueError(f"rule detail must be one of {DETAILS}, got {detail!r}")
+  if detail != "place" and env_name != "household":
+    raise ValueError(f"rule detail {detail!r} is for the household game, "
+                     f"not {env_name!r}")
+
+
+def annotate_strict(episode: Episode, detail: str = "place"
+                    ) -> dict[str, str]:
   """`annotate` for scripted episodes, which must have ground truth.
 
   Raises:
     RuntimeError: naming the episode, when `annotate` returns None.
   """
-  analysis = annotate(episode)
+  analysis = annotate(episode, detail)
   if analysis is None:
     raise RuntimeError(
         f"{episode.env_name} seed {episode.seed}: no ground truth to annotate "
@@ -113,8 +134,10 @@ class RuleTeacher:
 # -- household -------------------------------------------------------------------
 
 
-def _household(ep: Episode, gt: dict[str, Any]) -> tuple[str, str]:
+def _household(ep: Episode, gt: dict[str, Any],
+               detail: str = "place") -> tuple[str, str]:
   fam, t, target = gt["family"], gt["object_type"], gt["target_type"]
+  at = _at if detail == "place" else lambda place: f"a {_kind(place)}"
   start = gt["start_locations"]
   taken = [o for o in gt["taken"] if _kind(o) == t]
   # A success is told from the objects that met the goal (an object taken
@@ -122,18 +145,20 @@ def _household(ep: Episode, gt: dict[str, Any]) -> tuple[str, str]:
   won = [o for o in _goal_met_by(gt) if o in taken] if ep.success else []
   first = (won or taken)[0] if taken else _nearest_miss(gt)
   where = start.get(first) or next(iter(start.values()))
-  opened = f"open {where}, " if where in gt["closed_at_start"] else ""
+  opened = ""
+  if where in gt["closed_at_start"]:
+    opened = f"open {where}, " if detail == "place" else "open it, "
   head = f"{ep.length} steps on '{ep.task}'"
   if ep.success:
-    find = (f"find the {t} (check {_kind(where)}s first; here it was in "
-            f"{where}), {opened}take it")
+    here = f"; here it was in {where}" if detail == "place" else ""
+    find = f"find the {t} (check {_kind(where)}s first{here}), {opened}take it"
     if fam == "look_at_in_light":
       skill = (f"To look at an object under the lamp: {find}, go to "
-               f"{gt['lamp_location']} where desklamp 1 stands and use the "
-               "desklamp while holding it.")
+               f"{at(gt['lamp_location'])} where desklamp 1 stands and use "
+               "the desklamp while holding it.")
     elif fam == "pick_two":
       second = start[won[1]] if len(won) > 1 else None
-      here = f" (here it was in {second})" if second else ""
+      here = f" (here it was in {at(second)})" if second else ""
       skill = (f"To place two objects: {find}, move it to a {target}, then "
                f"find a second {t}{here} and move it to the same {target}.")
     else:
@@ -143,8 +168,12 @@ def _household(ep: Episode, gt: dict[str, Any]) -> tuple[str, str]:
       skill = (f"To {ep.task}: {find}{process}, then go to the {target} and "
                "move it there.")
     return f"Success in {head}.", skill
-  rest, skill = _household_failure(ep, gt, taken, where)
+  rest, skill = _household_failure(ep, gt, taken, where, at)
   return f"Failure after {head}: {rest}", skill
+
+
+def _at(place: str) -> str:
+  return place
 
 
 def _nearest_miss(gt: dict[str, Any]) -> str:
@@ -161,8 +190,9 @@ def _nearest_miss(gt: dict[str, Any]) -> str:
 
 
 def _household_failure(ep: Episode, gt: dict[str, Any], taken: list[str],
-                       where: str) -> tuple[str, str]:
-  """The decisive missed fact, from the earliest stage the agent missed.
+                       where: str, at=_at) -> tuple[str, str]:
+  """The decisive missed fact, from the earliest stage the agent missed;
+  `at` says where a thing was ("cabinet 3", or "a cabinet").
 
   Returns:
     (rest of the summary, skill).
@@ -173,25 +203,26 @@ def _household_failure(ep: Episode, gt: dict[str, Any], taken: list[str],
     if where not in gt["visited"]:
       closed = " (closed)" if where in gt["closed_at_start"] else ""
       return (f"the {t} was never found.",
-              f"The {t} was in {where}{closed}, which you never checked; "
+              f"The {t} was in {at(where)}{closed}, which you never checked; "
               f"visit unexplored {_kind(where)}s before revisiting places."
               + note)
     if where in gt["closed_at_start"] and where not in gt["opened"]:
       return (f"the {t} was never found.",
-              f"The {t} was in {where}, which you reached but never opened; "
-              "open closed receptacles to look inside before moving on."
+              f"The {t} was in {at(where)}, which you reached but never "
+              "opened; open closed receptacles to look inside before moving "
+              "on."
               + note)
     return (f"the {t} was seen but never taken.",
-            f"You saw the {t} in {where} but never took it; take the {t} as "
-            "soon as you see it." + note)
+            f"You saw the {t} in {at(where)} but never took it; take the "
+            f"{t} as soon as you see it." + note)
   if fam in _PAST:
     found = _processing_failure(gt, note)
     if found:
       return found
   if fam == "look_at_in_light":
     return ("the object was never examined under the lamp.",
-            f"The desklamp 1 is on {gt['lamp_location']}; carry the {t} there "
-            "and use the desklamp 1 while holding it." + note)
+            f"The desklamp 1 is on {at(gt['lamp_location'])}; carry the {t} "
+            "there and use the desklamp 1 while holding it." + note)
   placed = [(o, r) for o, r in gt["moved"]
             if _kind(o) == t and _kind(r) == target]
   left = _left_in_targets(gt)
@@ -203,7 +234,7 @@ def _household_failure(ep: Episode, gt: dict[str, Any], taken: list[str],
   if fam == "pick_two" and placed:
     others = sorted(r for o, r in gt["start_locations"].items()
                     if o not in taken)
-    hint = f"; another {t} was in {others[0]}" if others else ""
+    hint = f"; another {t} was in {at(others[0])}" if others else ""
     if not left:  # every placed one was taken out again
       obj, r = placed[0]
       return (f"no {t} was left in the {target}.",

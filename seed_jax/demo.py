@@ -185,20 +185,24 @@ def _valid_ratio(result: rollout_lib.RolloutResult) -> float:
 
 
 def _first_search_follows(episodes: Sequence[Episode],
-                          member_skills: Sequence[str]) -> tuple[float, int]:
-  """How often the first "go to" goes where the skill says the object was.
+                          member_skills: Sequence[str],
+                          detail: str = "place") -> tuple[float, int]:
+  """How often the first "go to" goes where the skill says the object was
+  (with `detail` "kind", to a place of the kind the skill names).
 
   Counts the episodes whose skill names a start location of an object of the
   task's type and that have a valid "go to"; returns (share, count).
   """
   hits = total = 0
   for ep, skill in zip(episodes, member_skills):
-    places = demos.skill_places(ep, skill)
+    places = demos.skill_places(ep, skill, detail)
     moves = [s.action for s in ep.steps
              if s.action_valid and s.action.startswith("go to ")]
     if places and moves:
       total += 1
-      hits += moves[0][len("go to "):] in places
+      to = moves[0][len("go to "):]
+      hits += (to in places if detail == "place"
+               else hw.kind(to) in {hw.kind(p) for p in places})
   return (hits / total if total else 0.0), total
 
 
@@ -207,15 +211,16 @@ def evaluate_skills(policy: rollout_lib.Policy, params, *, split: str,
                     env: str = demos.ENV,
                     temperature: float = 0.4, rng: jax.Array,
                     analysis_max_chars: int | None = 3000,
-                    analysis_max_new_tokens: int = 96) -> dict[str, float]:
+                    analysis_max_new_tokens: int = 96,
+                    rule_detail: str = "place") -> dict[str, float]:
   """Own-hindsight skill following and analysis parse rate.
 
   1. The policy plays `num_tasks` tasks of `split` without skills.
   2. It analyzes each of its episodes greedily (the RL self-analysis
      prompt); the replies are parsed with `skills.parse_analysis`.
   3. The rule-based annotator's skill for each episode (what Stage 1 teaches
-     the analyzer to write) goes into the prompts of a second attempt at the
-     same task.
+     the analyzer to write; `rule_detail`, `annotators.DETAILS`) goes into
+     the prompts of a second attempt at the same task.
 
   Returns:
     {"plain_success", "plain_valid", "skill_success", "skill_valid",
@@ -264,7 +269,7 @@ def evaluate_skills(policy: rollout_lib.Policy, params, *, split: str,
   gens = iter(analyst.generate(params, fitted, rng_an, sampler_lib.Greedy())
               if fitted else [])
   parse, f1 = skills.ParseStats(), []
-  hindsight = [annotators.annotate_strict(ep)["episode_skill"]
+  hindsight = [annotators.annotate_strict(ep, rule_detail)["episode_skill"]
                for ep in eps]
   for b, ref in zip(built, hindsight):
     if b is None:  # RL analyzes no such episode: it counts as unparsed.
@@ -277,7 +282,7 @@ def evaluate_skills(policy: rollout_lib.Policy, params, *, split: str,
               if isinstance(got, skills.Analysis) else 0.0)
   second = play(rng_skill, hindsight)
   follows = (sokoban_demos.first_move_follows if env == sokoban_demos.ENV
-             else _first_search_follows)
+             else lambda e, k: _first_search_follows(e, k, rule_detail))
   plain_follows, plain_n = follows(eps, hindsight)
   skill_follows, skill_n = follows(second.episodes, hindsight)
   return {
@@ -361,7 +366,7 @@ def _round_up(n: int, multiple: int) -> int:
 
 # warm_start's household-only options, at their defaults.
 _HOUSEHOLD_ONLY = dict(shuffle_search=False, repeat=0.1, search_hint=False,
-                       skill_relabel=False)
+                       skill_relabel=False, rule_detail="place")
 
 
 def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
@@ -369,6 +374,7 @@ def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
                shuffle_search: bool = False, repeat: float = 0.1,
                skill_fraction: float = 0.5, analysis_fraction: float = 1.0,
                search_hint: bool = False, skill_relabel: bool = False,
+               rule_detail: str = "place",
                analysis_max_chars: int | None = 3000, vocab_size: int = 2048,
                model: dict[str, Any] | None = None,
                lm_epochs: int = 1, lm_tokens: int = 512,
@@ -400,6 +406,8 @@ def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
     search_hint: demonstrated search steps name the place they try.
     skill_relabel: relabeled skill-following search steps (see
       `demonstrations.demonstrations`).
+    rule_detail: how the annotator's skills say where things were
+      (`annotators.DETAILS`), in the demonstrations and `evaluate_skills`.
     analysis_max_chars: analysis prompt budget (the RL run's).
     vocab_size: BPE vocabulary size (the tokenizer may stop short of it).
     model: keyword arguments of `demo_model_config`.
@@ -418,7 +426,8 @@ def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
     buckets: prompt-length buckets (reply phase and evaluation).
     env: the game, one of `ENVS`. On "sokoban" the records come from
       `demonstrations_sokoban.demonstrations` and `shuffle_search`,
-      `repeat`, `search_hint` and `skill_relabel` do not apply.
+      `repeat`, `search_hint`, `skill_relabel` and `rule_detail` do not
+      apply.
 
   Raises:
     ValueError: an unknown `env`, or a household-only option set on Sokoban.
@@ -439,7 +448,8 @@ def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
                 analysis_max_chars=analysis_max_chars)
   if env == sokoban_demos.ENV:
     given = dict(shuffle_search=shuffle_search, repeat=repeat,
-                 search_hint=search_hint, skill_relabel=skill_relabel)
+                 search_hint=search_hint, skill_relabel=skill_relabel,
+                 rule_detail=rule_detail)
     wrong = sorted(k for k, v in given.items() if v != _HOUSEHOLD_ONLY[k])
     if wrong:
       raise ValueError("household-only warm-start options set for sokoban: "
@@ -450,7 +460,8 @@ def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
   else:
     records = demos.demonstrations(
         **common, shuffle_search=shuffle_search, repeat=repeat,
-        search_hint=search_hint, skill_relabel=skill_relabel)
+        search_hint=search_hint, skill_relabel=skill_relabel,
+        rule_detail=rule_detail)
     tokenizer = demo_tokenizer(records, vocab_size)
   config = demo_model_config(len(tokenizer), **dict(model or {}))
   texts = transcripts(records, tokenizer, max_tokens=lm_tokens)
@@ -512,7 +523,8 @@ def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
                           history_length=history_length, env=env,
                           temperature=temperature, rng=rng_eval,
                           analysis_max_chars=analysis_max_chars,
-                          analysis_max_new_tokens=analysis_max_new_tokens)
+                          analysis_max_new_tokens=analysis_max_new_tokens,
+                          rule_detail=rule_detail)
     report.update({f"skills/{k}": v for k, v in out.items()})
     logging.info(
         "demo warm start on %d seen tasks: success %.3f without a skill, "

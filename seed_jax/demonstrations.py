@@ -136,22 +136,27 @@ def _play(seeds: Sequence[int], make_expert: Callable[[int, Any], Any], *,
   return result.episodes
 
 
-def _names_start(skill: str, episode: Episode) -> bool:
+def _names_start(skill: str, episode: Episode, detail: str) -> bool:
   """Whether `skill` names where the episode's first taken goal object was."""
   gt = episode.ground_truth
   taken = [o for o in gt.get("taken", []) if hw.kind(o) == gt["object_type"]]
   if not taken:
     return False
   where = gt["start_locations"].get(taken[0])
-  return bool(where) and _names(skill, where)
+  return bool(where) and _names(skill, where, detail)
 
 
-def _names(skill: str, place: str) -> bool:
-  """Whether `skill` names `place` ("cabinet 1" but not "cabinet 10")."""
+def _names(skill: str, place: str, detail: str = "place") -> bool:
+  """Whether `skill` names `place` ("cabinet 1" but not "cabinet 10"); with
+  `detail` "kind" (`annotators.DETAILS`), its kind as a search advice does:
+  "cabinets" or "in a cabinet"."""
+  if detail == "kind":
+    k = re.escape(hw.kind(place))
+    return re.search(rf"\b({k}s|in a {k})\b", skill) is not None
   return re.search(rf"\b{re.escape(place)}\b", skill) is not None
 
 
-def _explained(step, skill: str) -> bool:
+def _explained(step, skill: str, detail: str) -> bool:
   """Whether a peeking expert's step is one a reader of `skill` could take.
 
   A move made to find something (the task's object, a second one, or the
@@ -164,7 +169,7 @@ def _explained(step, skill: str) -> bool:
     return True
   why = step.response.split("</think>", 1)[0]
   searching = re.search(r"\. (Find a |Look at the )", why) is not None
-  return not searching or _names(skill, step.action[len("go to "):])
+  return not searching or _names(skill, step.action[len("go to "):], detail)
 
 
 def make_record(prompt: str, response: str, ep: Episode,
@@ -174,21 +179,28 @@ def make_record(prompt: str, response: str, ep: Episode,
               family=ep.family, success=bool(ep.success), kind=kind)
 
 
-def skill_places(ep: Episode, skill: str) -> list[str]:
-  """Start locations of objects of the task's type that `skill` names."""
+def skill_places(ep: Episode, skill: str, detail: str = "place") -> list[str]:
+  """Start locations of objects of the task's type that `skill` names (by
+  place, or by kind: see `_names`)."""
   gt = ep.ground_truth
   return sorted({where for obj, where in gt["start_locations"].items()
-                 if hw.kind(obj) == gt["object_type"] and _names(skill, where)})
+                 if hw.kind(obj) == gt["object_type"]
+                 and _names(skill, where, detail)})
 
 
-def _relabeled(ep: Episode, skill: str, *, hint: bool) -> list[Record]:
+def _relabeled(ep: Episode, skill: str, *, hint: bool,
+               detail: str = "place") -> list[Record]:
   """The search steps of `ep` answered as a skill follower would.
 
   With `skill` in the prompt, a step still looking for the object (reason
   "Find a <type>.") goes where the skill says an object of that type was, as
   a peeking expert would from that state; steps from the first visit there
-  (or the first take) on are left out.
+  (or the first take) on are left out. With `detail` "kind" the skill names
+  only the kind of place: a move to a place of that kind is kept, and any
+  other goes to the next place of that kind the episode searches.
   """
+  if detail == "kind":
+    return _relabeled_by_kind(ep, skill, hint=hint)
   places = skill_places(ep, skill)
   if not places:
     return []
@@ -200,9 +212,40 @@ def _relabeled(ep: Episode, skill: str, *, hint: bool) -> list[Record]:
     if (not s.action_valid or f"Find a {t}." not in s.response
         or f"'go to {place}'" not in admissible):
       continue
-    out.append(make_record(skills.build_skill_prompt(s.prompt, skill),
-                       _reply_text(ep.task, f"Find a {t}.", f"go to {place}",
-                                   hint=hint), ep, "skill"))
+    out.append(_skill_search(ep, s, skill, place, hint))
+  return out
+
+
+def _skill_search(ep: Episode, step, skill: str, place: str,
+                  hint: bool) -> Record:
+  """A search move to `place` from `step`'s state, `skill` in the prompt."""
+  t = ep.ground_truth["object_type"]
+  return make_record(skills.build_skill_prompt(step.prompt, skill),
+                     _reply_text(ep.task, f"Find a {t}.", f"go to {place}",
+                                 hint=hint), ep, "skill")
+
+
+def _relabeled_by_kind(ep: Episode, skill: str, *,
+                       hint: bool) -> list[Record]:
+  """`_relabeled` for a skill that names kinds of places."""
+  t = ep.ground_truth["object_type"]
+  if not skill_places(ep, skill, "kind"):
+    return []
+  searches = []  # (step index, place) of the episode's search moves
+  for i, s in enumerate(ep.steps):
+    if s.action.startswith("take "):
+      break
+    if (s.action_valid and f"Find a {t}." in s.response
+        and s.action.startswith("go to ")):
+      searches.append((i, s.action[len("go to "):]))
+  out = []
+  for j, (i, place) in enumerate(searches):
+    s = ep.steps[i]
+    admissible = s.prompt.rsplit("admissible actions", 1)[-1]
+    to = next((p for _, p in searches[j:] if _names(skill, p, "kind")
+               and f"'go to {p}'" in admissible), None)
+    if to is not None:
+      out.append(_skill_search(ep, s, skill, to, hint))
   return out
 
 
@@ -213,8 +256,8 @@ def demonstrations(*, num_tasks: int, seed: int = 0, max_steps: int = 20,
                    analysis_noise: Sequence[float] = (0.2, 0.5, 0.8),
                    analysis_max_chars: int | None = 3000,
                    repeat: float = 0.1, task_offset: int = 0,
-                   search_hint: bool = False,
-                   skill_relabel: bool = False) -> list[Record]:
+                   search_hint: bool = False, skill_relabel: bool = False,
+                   rule_detail: str = "place") -> list[Record]:
   """Warm-start records from household train-split tasks.
 
   Per task (seed s of the train split):
@@ -253,10 +296,14 @@ def demonstrations(*, num_tasks: int, seed: int = 0, max_steps: int = 20,
     task_offset: first train-split seed index.
     search_hint: search steps name the place they try (see `reply`).
     skill_relabel: add the relabeled search steps described above.
+    rule_detail: how the annotator's skills say where things were
+      (`annotators.DETAILS`); skill following reads them the same way.
 
   Returns:
     Records (stage1.FIELDS plus "kind"), acting ones first, in task order.
   """
+  annotators.check_detail(rule_detail, ENV)
+  annotate = lambda ep: annotators.annotate_strict(ep, rule_detail)
   seeds = envs_base.split_seeds("train", num_tasks, start=task_offset)
   rng = np.random.default_rng(seed)
   order = rng.permutation(num_tasks)
@@ -279,18 +326,17 @@ def demonstrations(*, num_tasks: int, seed: int = 0, max_steps: int = 20,
     better = _play([seeds[i] for i in idx], expert(True, skill_noise, salt=1),
                    seed=seed + 1, **kw)
     for i, ep in zip(idx, better):
-      skill = annotators.annotate_strict(plain[i])["episode_skill"]
-      if not _names_start(skill, ep):
-        skill = annotators.annotate_strict(ep)["episode_skill"]
+      skill = annotate(plain[i])["episode_skill"]
+      if not _names_start(skill, ep, rule_detail):
+        skill = annotate(ep)["episode_skill"]
       records += [make_record(skills.build_skill_prompt(s.prompt, skill),
                           s.response, ep, "skill")
                   for s in ep.steps
-                  if s.action_valid and _explained(s, skill)]
+                  if s.action_valid and _explained(s, skill, rule_detail)]
   if skill_relabel:
     for ep in plain:
-      records += _relabeled(
-          ep, annotators.annotate_strict(ep)["episode_skill"],
-          hint=search_hint)
+      records += _relabeled(ep, annotate(ep)["episode_skill"],
+                            hint=search_hint, detail=rule_detail)
   idx = sorted(analyzed)
   for j, level in enumerate(analysis_noise):
     chunk = idx[j::len(analysis_noise)]
@@ -302,6 +348,6 @@ def demonstrations(*, num_tasks: int, seed: int = 0, max_steps: int = 20,
     for ep in eps:
       prompt = skills.build_analysis_prompt(ep, max_chars=analysis_max_chars)
       records.append(make_record(
-          prompt.text, json.dumps(annotators.annotate_strict(ep)), ep,
+          prompt.text, json.dumps(annotate(ep)), ep,
           "analysis"))
   return records

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -64,6 +65,9 @@ class Stage1Config:
   max_steps: int = 30
   history_length: int = 2
   annotator: str = "rule"  # "rule" (ground truth) or "teacher"
+  # How the rule annotator's skills say where things were (household: a
+  # place, or only its kind; `annotators.DETAILS`).
+  rule_detail: str = "place"
   epochs: int = 3
   batch_size: int = 8
   learning_rate: float = 1e-5
@@ -90,6 +94,12 @@ class Stage1Config:
     if self.annotator not in STAGE1_ANNOTATORS:
       raise ValueError(f"Stage1Config.annotator must be one of "
                        f"{STAGE1_ANNOTATORS}, got {self.annotator!r}")
+    if self.rule_detail not in annotators.DETAILS:
+      raise ValueError(f"Stage1Config.rule_detail must be one of "
+                       f"{annotators.DETAILS}, got {self.rule_detail!r}")
+    if self.rule_detail != "place" and self.annotator != "rule":
+      raise ValueError(f"Stage1Config.rule_detail={self.rule_detail!r} is "
+                       f"for annotator='rule', not {self.annotator!r}")
     if self.analysis_mode not in skills.MODES:
       raise ValueError(f"Stage1Config.analysis_mode must be one of "
                        f"{skills.MODES}, got {self.analysis_mode!r}")
@@ -267,6 +277,7 @@ def _check_stage1_env(cfg: Stage1Config, env_name: str) -> None:
   """Raises ValueError when the rule annotator has no rules for `env_name`."""
   if cfg.annotator == "rule":
     annotators.check_env(env_name, "Stage 1 with annotator='rule'")
+    annotators.check_detail(cfg.rule_detail, env_name)
 
 
 def _stage1_dataset(records, data_dir: epath.Path, *, seed: int):
@@ -328,7 +339,8 @@ def run_stage1(policy: Policy, cfg: Stage1Config, workdir: epath.Path, *,
                                  buckets=cfg.buckets)
   gen = lambda p, r: rl_policy.generate(policy.params, p, r,
                                         sampler_lib.Temperature(1.0))
-  annotator = annotators.annotate if cfg.annotator == "rule" else teacher
+  annotator = (functools.partial(annotators.annotate, detail=cfg.rule_detail)
+               if cfg.annotator == "rule" else teacher)
   if annotator is None:
     raise ValueError("Stage 1 with annotator='teacher' needs a teacher")
   if cfg.annotator != "rule" and (

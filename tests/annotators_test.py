@@ -1,5 +1,7 @@
 """Tests for the rule-based hindsight annotator."""
 
+import re
+
 import pytest
 
 from seed_jax import annotators
@@ -508,3 +510,60 @@ def test_look_success_names_the_object_held_under_the_lamp():
   assert annotators.annotate(ep)["episode_skill"].startswith(
       "To look at an object under the lamp: find the pen (check desks first; "
       "here it was in desk 1), take it, go to sidetable 1")
+
+
+def _kind_cases():
+  """Household episodes of each kind of skill that says where things were:
+  a success per family, never checked, reached but never opened, seen but
+  never taken, and pick_two with one placed."""
+  eps = []
+  for family in hw.FAMILIES:
+    env = _household(family)
+    env.reset(1)
+    eps.append(_episode(env, 1, household.expert_actions(env)))
+  eps.append(_episode(_household("clean", max_steps=3), 0, ["look"] * 3))
+  seed = _seed_where("pick", lambda w: _start(w) in w.closed)
+  where = _start(hw.generate(seed, families=("pick",)))
+  eps.append(_episode(_household("pick", max_steps=3), seed,
+                      [f"go to {where}", "look", "look"]))
+  seed = _seed_where("pick", lambda w: _start(w) not in w.closed)
+  where = _start(hw.generate(seed, families=("pick",)))
+  eps.append(_episode(_household("pick", max_steps=2), seed,
+                      [f"go to {where}", "look"]))
+  return eps
+
+
+def test_kind_detail_names_the_kind_of_place_never_the_place():
+  cases = _kind_cases()
+  told = 0
+  for ep in cases:
+    gt = ep.ground_truth
+    place = annotators.annotate(ep)["episode_skill"]
+    kind = annotators.annotate(ep, "kind")
+    assert kind["episode_summary"] == annotators.annotate(ep)[
+        "episode_summary"]
+    skill = kind["episode_skill"]
+    # The appliance (one per room, "sinkbasin 1") is no hidden fact.
+    hidden = ((set(gt["start_locations"].values())
+               | {gt.get("lamp_location")}) - {gt.get("appliance")})
+    named = [p for p in hidden if p and re.search(rf"\b{p}\b", place)]
+    told += bool(named)  # the place detail names where things were ...
+    for p in named:      # ... the kind detail names only their kinds
+      assert not re.search(rf"\b{p}\b", skill), (p, skill)
+      k = p.rsplit(" ", 1)[0]
+      assert re.search(rf"\b({k}s|a {k})\b", skill), (k, skill)
+  assert told >= len(cases) - 1  # a lettuce found in the sink: no hidden fact
+
+
+def test_kind_detail_is_for_the_household_game():
+  env = _household("pick", max_steps=2)
+  ep = _episode(env, 0, ["look"] * 2)
+  with pytest.raises(ValueError, match=r"must be one of \('place', 'kind'\), "
+                     "got 'room'"):
+    annotators.annotate(ep, "room")
+  sok = envs.make("sokoban", max_steps=2)
+  ep = _episode(sok, 0, ["up", "up"])
+  annotators.annotate(ep)  # the place detail: Sokoban's only one
+  with pytest.raises(ValueError, match="'kind' is for the household game, "
+                     "not 'sokoban'"):
+    annotators.annotate(ep, "kind")

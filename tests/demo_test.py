@@ -155,6 +155,63 @@ def test_relabeled_search_steps_go_where_the_skill_says():
                                   "</action>")
 
 
+def _kinds_advised(skill):
+  """Kinds of place a kind-detail skill sends a search to."""
+  found = re.findall(r"\bcheck ([a-z]+)s first|\bunexplored ([a-z]+)s\b"
+                     r"|\bin a ([a-z]+)\b", skill)
+  return {k for groups in found for k in groups if k}
+
+
+def test_kind_detail_skills_send_searches_to_a_kind_of_place():
+  kw = dict(num_tasks=12, seed=0, max_steps=20, skill_fraction=1.0,
+            analysis_fraction=0.5, shuffle_search=True, search_hint=True,
+            skill_relabel=True)
+  recs = demonstrations.demonstrations(**kw, rule_detail="kind")
+  skill_searches = 0
+  for r in recs:
+    if r["kind"] == "analysis":
+      continue
+    action = _REPLY.match(r["response"]).group(1)
+    why = r["response"].split("</think>", 1)[0]
+    if (r["kind"] != "skill" or not action.startswith("go to ")
+        or not re.search(r"\. Find a [a-z]+\.", why)):
+      continue
+    skill = r["prompt"].split("current episode:\n[", 1)[1].split("]\n")[0]
+    place = action[len("go to "):]
+    assert hw.kind(place) in _kinds_advised(skill), (skill, action)
+    # Named only as the appliance ("go to sinkbasin 1 and clean it").
+    told = re.sub(r"go to [a-z]+ 1 and [a-z]+ it", "", skill)
+    assert not re.search(rf"\b{place}\b", told), (skill, action)
+    assert f"'{action}'" in r["prompt"].rsplit("admissible actions", 1)[1]
+    skill_searches += 1
+  assert skill_searches > 20
+  # Relabeling by kind: a move elsewhere becomes one to the next place of
+  # the advised kind the episode searched, so there are more such moves.
+  without = demonstrations.demonstrations(**dict(kw, skill_relabel=False),
+                                          rule_detail="kind")
+  assert len(recs) > len(without)
+  with pytest.raises(ValueError, match="rule detail must be one of"):
+    demonstrations.demonstrations(**kw, rule_detail="room")
+
+
+def test_first_search_follows_by_kind():
+  seeds = [0, 1, 2, 3]
+  peeking = demonstrations._play(
+      seeds, lambda i, env: demonstrations.envs.make_expert(
+          env, peek=True, noise=0.0), max_steps=12, history_length=2)
+  kinds = [annotators.annotate(ep, "kind")["episode_skill"] for ep in peeking]
+  assert demo._first_search_follows(peeking, kinds, "kind") == (1.0, 4)
+  # A place-detail reading finds a place named in a kind-detail skill only
+  # where the object lay in the appliance the skill sends it to.
+  in_appliance = sum(ep.ground_truth.get("appliance") in
+                     ep.ground_truth["start_locations"].values()
+                     for ep in peeking)
+  assert in_appliance < len(seeds)
+  assert demo._first_search_follows(peeking, kinds)[1] == in_appliance
+  other = [re.sub(r"\b([a-z]+)s first", "armchairs first", k) for k in kinds]
+  assert demo._first_search_follows(peeking, other, "kind")[0] < 1.0
+
+
 def test_skill_following_searches_go_only_where_the_skill_says():
   # The peeking expert knows where a second object or the lamp is; a search
   # move the skill in the prompt does not explain is left out.

@@ -681,6 +681,8 @@ def test_stage1_goes_on_from_the_batches_annotated_before_an_outage(
 @pytest.mark.parametrize("field, value, message", [
     ("annotator", "rules", r"annotator must be one of \('rule', 'teacher'\), "
      r"got 'rules'"),
+    ("rule_detail", "room", r"rule_detail must be one of \('place', "
+     r"'kind'\), got 'room'"),
     ("analysis_mode", "episode", r"analysis_mode must be one of "
      r"\('episode_only', 'episode_step'\), got 'episode'"),
     ("epochs", 0, r"epochs must be >= 1, got 0"),
@@ -699,6 +701,29 @@ def test_stage1_config_refuses_bad_values_when_built(field, value, message):
   with pytest.raises(ValueError, match=rf"Stage1Config\.{message}"):
     policies.Stage1Config(**{field: value})
   policies.Stage1Config(annotator="teacher", analysis_mode="episode_step")
+  with pytest.raises(ValueError, match="rule_detail='kind' is for "
+                     "annotator='rule', not 'teacher'"):
+    policies.Stage1Config(annotator="teacher", rule_detail="kind")
+
+
+def test_stage1_annotates_with_the_rule_detail_asked(tmp_path, monkeypatch):
+  asked, annotate = [], annotators.annotate
+
+  def recorded(episode, detail="place"):
+    asked.append(detail)
+    return annotate(episode, detail)
+
+  monkeypatch.setattr(annotators, "annotate", recorded)
+  cfg = policies.Stage1Config(num_tasks=1, group_size=2, max_steps=2,
+                              history_length=1, epochs=1, batch_size=2,
+                              rule_detail="kind",
+                              buckets=(256, 512, 1024, 1536))
+  policies.run_stage1(testing.tiny_policy(), cfg, tmp_path,
+                      env_name="household", max_new_tokens=8)
+  assert asked == ["kind", "kind"]
+  with pytest.raises(ValueError, match="'kind' is for the household game"):
+    policies.run_stage1(None, cfg, tmp_path / "sokoban", env_name="sokoban",
+                        max_new_tokens=8)
 
 
 
