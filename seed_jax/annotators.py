@@ -10,7 +10,7 @@ workflow, a failure avoidance rules. Deterministic; skills stay short.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from seed_jax.episodes import Episode
 
@@ -137,7 +137,8 @@ class RuleTeacher:
 def _household(ep: Episode, gt: dict[str, Any],
                detail: str = "place") -> tuple[str, str]:
   fam, t, target = gt["family"], gt["object_type"], gt["target_type"]
-  at = _at if detail == "place" else lambda place: f"a {_kind(place)}"
+  at = ((lambda place: place) if detail == "place"
+        else lambda place: f"a {_kind(place)}")
   start = gt["start_locations"]
   taken = [o for o in gt["taken"] if _kind(o) == t]
   # A success is told from the objects that met the goal (an object taken
@@ -172,10 +173,6 @@ def _household(ep: Episode, gt: dict[str, Any],
   return f"Failure after {head}: {rest}", skill
 
 
-def _at(place: str) -> str:
-  return place
-
-
 def _nearest_miss(gt: dict[str, Any]) -> str:
   """Of the goal objects none of which was taken, the one the agent came
   nearest to: one it saw (its place visited, and opened if closed), else one
@@ -190,7 +187,8 @@ def _nearest_miss(gt: dict[str, Any]) -> str:
 
 
 def _household_failure(ep: Episode, gt: dict[str, Any], taken: list[str],
-                       where: str, at=_at) -> tuple[str, str]:
+                       where: str, at: Callable[[str], str]
+                       ) -> tuple[str, str]:
   """The decisive missed fact, from the earliest stage the agent missed;
   `at` says where a thing was ("cabinet 3", or "a cabinet").
 
