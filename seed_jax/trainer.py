@@ -24,6 +24,8 @@ import optax
 from seed_jax import advantages as adv_lib
 from seed_jax import checkpoints
 from seed_jax import distributed
+from seed_jax import envs
+from seed_jax import episodes as episodes_lib
 from seed_jax import faults
 from seed_jax import metrics as metrics_lib
 from seed_jax import model as model_lib
@@ -550,7 +552,9 @@ class RLTrainer:
     The samples leave out the steps of episodes whose environment raised
     (`samples_env_error` counts them); the episodes keep them, failed.
     `responses_truncated` is the share of replies (those left out too) cut
-    at `max_new_tokens`.
+    at `max_new_tokens`. The environment's `episode_stats` ratios over the
+    episodes join the metrics (household: `search_usual`, where the searches
+    in vain went, against chance; see `evaluate.evaluate_split`).
 
     Raises:
       RuntimeError: a chunk failed on some process, or every episode's
@@ -600,6 +604,9 @@ class RLTrainer:
                                                      for s in every])),
                **times}  # this process's times
     metrics.update(merge_chunk_metrics([p["an"] for p in parts]))
+    stats_fn = envs.episode_stats_fn(self.env_name)
+    if stats_fn is not None:  # household: where the rollouts searched
+      metrics.update(episodes_lib.sum_ratios(stats_fn(e) for e in episodes))
     return Collected(samples, episodes, found, metrics)
 
   # -- learning phase -------------------------------------------------------

@@ -4,6 +4,7 @@ advantages and critical-step skills."""
 import functools
 import json
 import logging
+import re
 
 import jax
 from jax.sharding import NamedSharding, PartitionSpec as P
@@ -13,6 +14,7 @@ import optax
 import pytest
 
 from seed_jax import annotators
+from seed_jax import episodes
 from seed_jax import model as model_lib
 from seed_jax import partitioning
 from seed_jax import policies
@@ -22,6 +24,7 @@ from seed_jax import teacher as teacher_lib
 from seed_jax import testing
 from seed_jax import trainer as trainer_lib
 from seed_jax.envs import base
+from seed_jax.envs import household
 
 
 def _sample(uid, traj, step, obs, reward=0.0, valid=True):
@@ -650,6 +653,32 @@ def test_replies_cut_at_max_new_tokens_are_counted(policy):
   assert [s.truncated for s in c.samples] == cuts
   assert c.metrics["responses_truncated"] == pytest.approx(
       sum(cuts) / len(cuts))
+
+
+def test_an_update_reports_where_its_rollouts_searched(policy):
+  t = _trainer(policy, variant="grpo")
+
+  def generate(params, prompts, rng, sampling):  # the last place listed
+    del params, rng, sampling
+    out = []
+    for p in prompts:
+      places = re.findall(r"'(go to [a-z]+ \d+)'",
+                          p.rsplit("admissible actions", 1)[-1])
+      reply = f"<think>x</think><action>{places[-1]}</action>"
+      ids = t.tokenizer.encode(reply, add_special_tokens=False)
+      out.append(rollout.Generation(reply, t.policy.encode(p), ids,
+                                    [-1.0] * len(ids)))
+    return out
+
+  t.policy.generate = generate
+  c = t.collect(t.place_params(policy.params), jax.random.key(0),
+                update_index=0)
+  want = episodes.sum_ratios(household.episode_stats(e) for e in c.episodes)
+  assert set(want) == {"search_usual", "search_usual_chance",
+                       "search_usual_over_chance"}
+  for name, value in want.items():
+    assert c.metrics[name] == pytest.approx(value)
+  assert 0 <= c.metrics["search_usual"] <= 1
 
 
 def test_an_update_whose_every_env_raised_is_a_clear_error(policy):
