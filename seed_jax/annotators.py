@@ -70,10 +70,8 @@ def annotate(episode: Episode, detail: str = "place"
   check_detail(detail, episode.env_name)
   if episode.error or not episode.ground_truth:
     return None  # the environment raised, or its ground_truth() did
-  if episode.env_name == "household":
-    summary, skill = _household(episode, episode.ground_truth, detail)
-  else:
-    summary, skill = _RULES[episode.env_name](episode, episode.ground_truth)
+  summary, skill = _RULES[episode.env_name](episode, episode.ground_truth,
+                                            detail)
   return {"episode_summary": summary, "episode_skill": _clip(skill)}
 
 
@@ -84,7 +82,7 @@ def check_env(env_name: str, who: str) -> None:
                      f"{list(_RULES)}, got {env_name!r}")
 
 
-def check_detail(detail: str, env_name: str = "household") -> None:
+def check_detail(detail: str, env_name: str) -> None:
   """Raises ValueError when `detail` is not one of `DETAILS` or (other than
   "place") is asked of a game other than the household one."""
   if detail not in DETAILS:
@@ -135,7 +133,7 @@ class RuleTeacher:
 
 
 def _household(ep: Episode, gt: dict[str, Any],
-               detail: str = "place") -> tuple[str, str]:
+               detail: str) -> tuple[str, str]:
   fam, t, target = gt["family"], gt["object_type"], gt["target_type"]
   at = ((lambda place: place) if detail == "place"
         else lambda place: f"a {_kind(place)}")
@@ -336,7 +334,9 @@ def plan_text(actions: list[str]) -> str:
   return ", ".join(f"{i} {a}" for i, a in enumerate(actions, 1))
 
 
-def _sokoban(ep: Episode, gt: dict[str, Any]) -> tuple[str, str]:
+def _sokoban(ep: Episode, gt: dict[str, Any],
+             detail: str) -> tuple[str, str]:
+  del detail  # "place", its only one (`check_detail`)
   n, best = ep.length, gt["solution_length"]
   head = f"{n} steps on '{ep.task}'"
   plan = f"{PLAN}{plan_text(gt['solution'])}."
