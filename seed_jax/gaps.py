@@ -130,7 +130,8 @@ def gap_table(rows: Sequence[tuple[Sequence[str], np.ndarray, bool]], *,
 def breakdown(rl_trainer, params, rng, *, batches: int,
               update_offset: int = 1000) -> dict[str, Any]:
   """Rolls out, analyzes and scores `batches` batches; `gap_table`s by token
-  kind ("cells") and by step phase ("phases", see `step_phases`).
+  kind ("cells") and by step phase ("phases", see `step_phases`), with the
+  number of episodes played, of them won, and of task groups.
 
   `rl_trainer.rl` must analyze (variant "seed" or "opid") and have
   kl_coef = 0: no reference pass is made.
@@ -141,7 +142,7 @@ def breakdown(rl_trainer, params, rng, *, batches: int,
                      f"kl_coef=0, got variant={rl_trainer.rl.variant!r}, "
                      f"kl_coef={rl_trainer.rl.kl_coef}")
   state = rl_trainer.create_state(params)
-  rows, by_phase, parsed = [], [], []
+  rows, by_phase, parsed, played = [], [], [], []
   for b in range(batches):
     c = rl_trainer.collect(state.params, jax.random.fold_in(rng, b),
                            update_index=update_offset + b)
@@ -149,6 +150,7 @@ def breakdown(rl_trainer, params, rng, *, batches: int,
     parsed.append(c.metrics.get("analyses_parsed", 0.0))
     decode = rl_trainer.tokenizer.decode
     phases = [step_phases(ep.steps) for ep in c.episodes]  # traj_uid order
+    played += [((b, ep.uid), ep.success) for ep in c.episodes]
     for i, s in enumerate(c.samples):
       if not batch["analyzed"][i]:
         continue
@@ -161,7 +163,11 @@ def breakdown(rl_trainer, params, rng, *, batches: int,
                        bool(ep.success)))
     logging.info("gaps: batch %d/%d, %d analyzed samples so far", b + 1,
                  batches, len(rows))
-  return {"batches": batches, "analyzed_samples": len(rows),
+  # A few groups' tasks decide how many episodes were won: say how many.
+  return {"batches": batches, "episodes": len(played),
+          "won_episodes": sum(bool(won) for _, won in played),
+          "groups": len({group for group, _ in played}),
+          "analyzed_samples": len(rows),
           "analyses_parsed": float(np.mean(parsed)) if parsed else 0.0,
           "cells": gap_table(rows, beta=rl_trainer.rl.opd_beta),
           "phases": gap_table(by_phase, beta=rl_trainer.rl.opd_beta)}
@@ -233,7 +239,9 @@ def main(argv=None) -> dict[str, Any]:
     atomic.write_text(out, json.dumps(report, indent=1))
   except OSError as e:
     raise SystemExit(f"error: could not write the report: {e}") from e
-  print(f"{report['analyzed_samples']} analyzed samples "
+  print(f"{report['episodes']} episodes of {report['groups']} task groups, "
+        f"{report['won_episodes']} won; {report['analyzed_samples']} "
+        "analyzed samples "
         f"(analyses parsed {report['analyses_parsed']:.2f}); wrote {out}")
   return report
 

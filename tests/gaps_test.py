@@ -193,12 +193,15 @@ def test_gaps_cli_with_the_rules_as_analyst(tiny_run, tmp_path, monkeypatch):
   written = []
   real = annotators.annotate
   monkeypatch.setattr(annotators, "annotate",
-                      lambda ep: written.append(ep.traj_uid) or real(ep))
+                      lambda ep: written.append(ep) or real(ep))
   report = gaps.main(["--workdir", run_dir, "--batches", "1",
                       "--analyzer", "rules"])
   # Every episode gets the annotator's skill, so every sample is scored
   # under it (a random tiny policy's own analyses rarely parse).
   assert report["analyzer"] == "rules" and written
+  # tiny.gin plays 2 groups of 2 episodes per batch; the report counts them.
+  assert (report["episodes"], report["groups"]) == (len(written), 2) == (4, 2)
+  assert report["won_episodes"] == sum(bool(ep.success) for ep in written)
   assert report["analyses_parsed"] == 1.0
   assert report["analyzed_samples"] > 0
   # The phases split the same tokens as the token kinds, by outcome.
