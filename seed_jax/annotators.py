@@ -115,10 +115,16 @@ class RuleTeacher:
   Attributes:
     mode, max_critical_steps: the analysis settings the trainer checks
       against its RL config (critical steps are never written).
+    detail: how the skills say where things were (one of `DETAILS`).
   """
 
-  def __init__(self, mode: str = "episode_only", max_critical_steps: int = 3):
+  def __init__(self, mode: str = "episode_only", max_critical_steps: int = 3,
+               detail: str = "place"):
+    if detail not in DETAILS:
+      raise ValueError(f"rule detail must be one of {DETAILS}, got "
+                       f"{detail!r}")
     self.mode, self.max_critical_steps = mode, max_critical_steps
+    self.detail = detail
 
   def annotate_many(self, episodes: Sequence[Episode],
                     prompts: Sequence[str] | None = None
@@ -126,7 +132,7 @@ class RuleTeacher:
     """One `annotate` per episode, in order (`prompts` are not needed); None
     for an episode without ground truth."""
     del prompts
-    return [annotate(ep) for ep in episodes]
+    return [annotate(ep, self.detail) for ep in episodes]
 
 
 # -- household -------------------------------------------------------------------

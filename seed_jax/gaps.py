@@ -7,9 +7,10 @@ Plays `--batches` rollout batches with the run's RL settings (from the
 config.gin its training wrote) and the policy of update `--step` (0, the
 default: the policy RL started from, RUN/policy; otherwise the checkpoint),
 lets that policy analyze its own episodes greedily as a SEED update does
-(`--analyzer=rules`: the rule-based annotator writes the skills instead, an
-oracle that reads where things really were, to tell a policy that does not
-use skills from one whose skills are wrong), scores every analyzed sample
+(`--analyzer=rules`: the rule-based annotator writes the skills instead, as
+the run's `trainer.RLConfig.rule_detail` says, an oracle that reads where
+things really were, to tell a policy that does not use skills from one whose
+skills are wrong), scores every analyzed sample
 under the ordinary and the skill-augmented prompt, and splits the per-token
 gap skill_logp - old_logp by token kind and by the episode's outcome.
 Kinds (`token_kinds`):

@@ -90,15 +90,17 @@ def check_analyzer(rl: RLConfig, env_name: str, teacher=None):
 
   Raises:
     ValueError: analyzer="external" without a teacher or with one bound
-      unlike the RL config, or analyzer="rules" with a teacher or on a game
-      without annotation rules.
+      unlike the RL config, or analyzer="rules" with a teacher, on a game
+      without annotation rules, or with a `rule_detail` that game lacks.
   """
   if rl.analyzes and rl.analyzer == "rules":
     if teacher is not None:
       raise ValueError("analyzer='rules' writes its own analyses: pass no "
                        "teacher (or use analyzer='external')")
     annotators.check_env(env_name, "analyzer='rules'")
-    return annotators.RuleTeacher(rl.analysis_mode, rl.max_critical_steps)
+    annotators.check_detail(rl.rule_detail, env_name)
+    return annotators.RuleTeacher(rl.analysis_mode, rl.max_critical_steps,
+                                  rl.rule_detail)
   if rl.analyzes and rl.analyzer == "external":
     if teacher is None:
       raise ValueError("analyzer='external' needs a teacher (an "

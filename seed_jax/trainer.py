@@ -22,6 +22,7 @@ import numpy as np
 import optax
 
 from seed_jax import advantages as adv_lib
+from seed_jax import annotators
 from seed_jax import checkpoints
 from seed_jax import distributed
 from seed_jax import envs
@@ -61,6 +62,9 @@ class RLConfig:
   analyzer: "self" (the policy analyzes, greedily), "external" (a teacher)
     or "rules" (`annotators.RuleTeacher`, games in `annotators.ENVS`: an oracle
     ablation, since the rules read what the agent never saw).
+  rule_detail: how analyzer="rules" says where things were, one of
+    `annotators.DETAILS` ("kind": household only); the other analyzers
+    ignore it.
   analysis_mode: "episode_only", or "episode_step": the analysis also names
     at most `max_critical_steps` critical steps, and a sample at such a step
     is re-scored with the critical-step block after the episode block.
@@ -74,6 +78,7 @@ class RLConfig:
   """
   variant: str = "seed"
   analyzer: str = "self"
+  rule_detail: str = "place"
   num_groups: int = 16  # B
   group_size: int = 8  # N
   max_steps: int = 30
@@ -128,6 +133,9 @@ class RLConfig:
     if self.analyzer not in ANALYZERS:
       raise ValueError(f"unknown analyzer {self.analyzer!r}; known: "
                        f"{ANALYZERS}")
+    if self.rule_detail not in annotators.DETAILS:
+      raise ValueError(f"rule_detail must be one of {annotators.DETAILS}, "
+                       f"got {self.rule_detail!r}")
     if self.analysis_mode not in skills.MODES:
       raise ValueError(f"unknown analysis_mode {self.analysis_mode!r}; "
                        f"known: {skills.MODES}")

@@ -555,6 +555,17 @@ def test_kind_detail_names_the_kind_of_place_never_the_place():
   assert told >= len(cases) - 1  # a lettuce found in the sink: no hidden fact
 
 
+def test_rule_teacher_writes_the_detail_asked():
+  teacher = annotators.RuleTeacher(detail="kind")
+  cases = _kind_cases()
+  got = teacher.annotate_many(cases)
+  assert got == [annotators.annotate(ep, "kind") for ep in cases]
+  assert got != annotators.RuleTeacher().annotate_many(cases)
+  with pytest.raises(ValueError, match=r"must be one of \('place', 'kind'\), "
+                     "got 'room'"):
+    annotators.RuleTeacher(detail="room")
+
+
 def test_kind_detail_is_for_the_household_game():
   env = _household("pick", max_steps=2)
   ep = _episode(env, 0, ["look"] * 2)

@@ -62,6 +62,16 @@ def test_the_external_teacher_file_binds_a_teacher_like_the_rl_config(
   assert t.max_concurrency == 2
 
 
+def test_the_kind_demo_says_kinds_everywhere_the_rules_write_skills():
+  # The warm start, Stage 1 and RL's oracle analyzer (the seed_oracle method).
+  train.parse_gin(["configs/experiments/demo_kind.gin"],
+                  ["WORKDIR = '/unused'"], finalize=True)
+  assert gin.get_configurable(trainer.RLConfig)().rule_detail == "kind"
+  assert gin.get_configurable(policies.Stage1Config)().rule_detail == "kind"
+  assert gin.query_parameter("policies.prepare.demo_kwargs")[
+      "rule_detail"] == "kind"
+
+
 def test_default_main_job_is_the_demo():
   assert train.DEFAULT_GIN == "configs/experiments/demo.gin"
   gin.parse_config_files_and_bindings([train.DEFAULT_GIN], [],

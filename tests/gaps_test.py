@@ -190,15 +190,23 @@ def test_gaps_cli_measures_the_policy_of_a_step(tiny_run, tmp_path,
 def test_gaps_cli_with_the_rules_as_analyst(tiny_run, tmp_path, monkeypatch):
   run_dir = str(tmp_path / "run")
   shutil.copytree(tiny_run, run_dir)
-  written = []
+  written, details = [], set()
   real = annotators.annotate
-  monkeypatch.setattr(annotators, "annotate",
-                      lambda ep: written.append(ep) or real(ep))
+
+  def annotate(ep, detail="place"):
+    written.append(ep)
+    details.add(detail)
+    return real(ep, detail)
+
+  monkeypatch.setattr(annotators, "annotate", annotate)
+  with open(os.path.join(run_dir, "config.gin"), "a") as f:
+    f.write("trainer.RLConfig.rule_detail = 'kind'\n")
   report = gaps.main(["--workdir", run_dir, "--batches", "1",
                       "--analyzer", "rules"])
   # Every episode gets the annotator's skill, so every sample is scored
   # under it (a random tiny policy's own analyses rarely parse).
   assert report["analyzer"] == "rules" and written
+  assert details == {"kind"}  # the run's trainer.RLConfig.rule_detail
   # tiny.gin plays 2 groups of 2 episodes per batch; the report counts them.
   assert (report["episodes"], report["groups"]) == (len(written), 2) == (4, 2)
   assert report["won_episodes"] == sum(bool(ep.success) for ep in written)

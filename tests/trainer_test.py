@@ -337,6 +337,20 @@ def test_rules_analyzer_writes_the_annotators_skills(policy):
                           env_name="twx", tx=optax.sgd(0.0))
 
 
+def test_rules_analyzer_takes_the_rule_detail(policy):
+  rl = trainer_lib.RLConfig(analyzer="rules", rule_detail="kind")
+  trainer = trainer_lib.RLTrainer(policy.config, policy.tokenizer, rl,
+                                  env_name="household", tx=optax.sgd(0.0))
+  assert trainer.teacher.detail == "kind"
+  with pytest.raises(ValueError, match="'kind' is for the household game, "
+                     "not 'sokoban'"):
+    trainer_lib.RLTrainer(policy.config, policy.tokenizer, rl,
+                          env_name="sokoban", tx=optax.sgd(0.0))
+  with pytest.raises(ValueError, match=r"rule_detail must be one of "
+                     r"\('place', 'kind'\), got 'room'"):
+    trainer_lib.RLConfig(analyzer="rules", rule_detail="room")
+
+
 def test_teacher_and_run_must_ask_for_the_same_analyses(policy):
   teacher = teacher_lib.OpenAITeacher("http://127.0.0.1:9/v1", "m")
   rl = trainer_lib.RLConfig(analyzer="external", analysis_mode="episode_step")
