@@ -168,8 +168,22 @@ def _explained(step, skill: str, detail: str) -> bool:
   if not step.action.startswith("go to "):
     return True
   why = step.response.split("</think>", 1)[0]
-  searching = re.search(r"\. (Find a |Look at the )", why) is not None
-  return not searching or _names(skill, step.action[len("go to "):], detail)
+  searching = re.search(r"\. (Find a |Look at the )", why)
+  if searching is None:
+    return True
+  place = step.action[len("go to "):]
+  if searching.group(1) == "Look at the " and detail == "kind":
+    return _names_lamp_kind(skill, place)
+  return _names(skill, place, detail)
+
+
+def _names_lamp_kind(skill: str, place: str) -> bool:
+  """Whether a kind-detail `skill` says the desklamp stands on a place of
+  `place`'s kind ("go to a desk where desklamp 1 stands", "The desklamp 1 is
+  on a desk")."""
+  k = re.escape(hw.kind(place))
+  return re.search(rf"\b(go to a {k} where desklamp|desklamp \d+ is on a "
+                   rf"{k})\b", skill) is not None
 
 
 def make_record(prompt: str, response: str, ep: Episode,

@@ -18,6 +18,7 @@ from seed_jax import sampler as sampler_lib
 from seed_jax import skills
 from seed_jax import stage1
 from seed_jax.envs import household_world as hw
+from seed_jax.episodes import Step
 
 _REPLY = re.compile(r"^<think>[^<>]+</think><action>([^<>]+)</action>$")
 
@@ -192,6 +193,34 @@ def test_kind_detail_skills_send_searches_to_a_kind_of_place():
   assert len(recs) > len(without)
   with pytest.raises(ValueError, match="rule detail must be one of"):
     demonstrations.demonstrations(**kw, rule_detail="room")
+
+
+def test_a_move_to_the_lamp_is_explained_by_its_kind():
+  def step(action, why):
+    return Step(observation="o", prompt="p", response=(
+        demonstrations._reply_text("look at mug under the desklamp", why,
+                                   action, hint=True)),
+                action=action, action_valid=True)
+  to_lamp = step("go to desk 2", "Look at the mug 1 under the desklamp.")
+  explained = lambda s, skill, detail: demonstrations._explained(s, skill,
+                                                                detail)
+  won = ("To look at an object under the lamp: find the mug (check drawers "
+         "first), take it, go to a desk where desklamp 1 stands and use the "
+         "desklamp while holding it.")
+  lost = "The desklamp 1 is on a desk; carry the mug there and use it."
+  assert explained(to_lamp, won, "kind") and explained(to_lamp, lost, "kind")
+  for other in (won.replace("a desk where", "a dresser where"),
+                lost.replace("on a desk", "on a sidetable"),
+                "Check desks first for the mug."):  # the object's place
+    assert not explained(to_lamp, other, "kind"), other
+  assert explained(to_lamp, won.replace("a desk", "desk 2"), "place")
+  assert not explained(to_lamp, won.replace("a desk", "desk 1"), "place")
+  # A move to find the object itself still needs its kind as search advice.
+  find = step("go to drawer 3", "Find a mug.")
+  assert explained(find, won, "kind")
+  assert not explained(find, won.replace("drawers", "shelfs"), "kind")
+  assert explained(step("go to desk 2", "Put the mug 1 in the desk."), "",
+                   "kind")  # not a search: always kept
 
 
 def test_first_search_follows_by_kind():
