@@ -82,12 +82,13 @@ def check_env(env_name: str, who: str) -> None:
                      f"{list(_RULES)}, got {env_name!r}")
 
 
-def check_detail(detail: str, env_name: str) -> None:
+def check_detail(detail: str, env_name: str | None = None) -> None:
   """Raises ValueError when `detail` is not one of `DETAILS` or (other than
-  "place") is asked of a game other than the household one."""
+  "place") is asked of a game other than the household one (when `env_name`
+  is given)."""
   if detail not in DETAILS:
     raise ValueError(f"rule detail must be one of {DETAILS}, got {detail!r}")
-  if detail != "place" and env_name != "household":
+  if env_name is not None and detail != "place" and env_name != "household":
     raise ValueError(f"rule detail {detail!r} is for the household game, "
                      f"not {env_name!r}")
 
@@ -120,9 +121,7 @@ class RuleTeacher:
 
   def __init__(self, mode: str = "episode_only", max_critical_steps: int = 3,
                detail: str = "place"):
-    if detail not in DETAILS:
-      raise ValueError(f"rule detail must be one of {DETAILS}, got "
-                       f"{detail!r}")
+    check_detail(detail)  # the game is checked where it is known
     self.mode, self.max_critical_steps = mode, max_critical_steps
     self.detail = detail
 

@@ -202,8 +202,7 @@ def test_a_move_to_the_lamp_is_explained_by_its_kind():
                                    action, hint=True)),
                 action=action, action_valid=True)
   to_lamp = step("go to desk 2", "Look at the mug 1 under the desklamp.")
-  explained = lambda s, skill, detail: demonstrations._explained(s, skill,
-                                                                detail)
+  explained = demonstrations._explained
   won = ("To look at an object under the lamp: find the mug (check drawers "
          "first), take it, go to a desk where desklamp 1 stands and use the "
          "desklamp while holding it.")
