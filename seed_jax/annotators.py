@@ -82,14 +82,15 @@ def check_env(env_name: str, who: str) -> None:
                      f"{list(_RULES)}, got {env_name!r}")
 
 
-def check_detail(detail: str, env_name: str | None = None) -> None:
+def check_detail(detail: str, env_name: str | None = None,
+                 name: str = "rule detail") -> None:
   """Raises ValueError when `detail` is not one of `DETAILS` or (other than
   "place") is asked of a game other than the household one (when `env_name`
-  is given)."""
+  is given). `name` is what the messages call it (a config field)."""
   if detail not in DETAILS:
-    raise ValueError(f"rule detail must be one of {DETAILS}, got {detail!r}")
+    raise ValueError(f"{name} must be one of {DETAILS}, got {detail!r}")
   if env_name is not None and detail != "place" and env_name != "household":
-    raise ValueError(f"rule detail {detail!r} is for the household game, "
+    raise ValueError(f"{name} {detail!r} is for the household game, "
                      f"not {env_name!r}")
 
 

@@ -94,9 +94,7 @@ class Stage1Config:
     if self.annotator not in STAGE1_ANNOTATORS:
       raise ValueError(f"Stage1Config.annotator must be one of "
                        f"{STAGE1_ANNOTATORS}, got {self.annotator!r}")
-    if self.rule_detail not in annotators.DETAILS:
-      raise ValueError(f"Stage1Config.rule_detail must be one of "
-                       f"{annotators.DETAILS}, got {self.rule_detail!r}")
+    annotators.check_detail(self.rule_detail, name="Stage1Config.rule_detail")
     if self.rule_detail != "place" and self.annotator != "rule":
       raise ValueError(f"Stage1Config.rule_detail={self.rule_detail!r} is "
                        f"for annotator='rule', not {self.annotator!r}")
@@ -277,7 +275,8 @@ def _check_stage1_env(cfg: Stage1Config, env_name: str) -> None:
   """Raises ValueError when the rule annotator has no rules for `env_name`."""
   if cfg.annotator == "rule":
     annotators.check_env(env_name, "Stage 1 with annotator='rule'")
-    annotators.check_detail(cfg.rule_detail, env_name)
+    annotators.check_detail(cfg.rule_detail, env_name,
+                            name="Stage1Config.rule_detail")
 
 
 def _stage1_dataset(records, data_dir: epath.Path, *, seed: int):

@@ -98,7 +98,7 @@ def check_analyzer(rl: RLConfig, env_name: str, teacher=None):
       raise ValueError("analyzer='rules' writes its own analyses: pass no "
                        "teacher (or use analyzer='external')")
     annotators.check_env(env_name, "analyzer='rules'")
-    annotators.check_detail(rl.rule_detail, env_name)
+    annotators.check_detail(rl.rule_detail, env_name, name="rule_detail")
     return annotators.RuleTeacher(rl.analysis_mode, rl.max_critical_steps,
                                   rl.rule_detail)
   if rl.analyzes and rl.analyzer == "external":

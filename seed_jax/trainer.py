@@ -133,9 +133,7 @@ class RLConfig:
     if self.analyzer not in ANALYZERS:
       raise ValueError(f"unknown analyzer {self.analyzer!r}; known: "
                        f"{ANALYZERS}")
-    if self.rule_detail not in annotators.DETAILS:
-      raise ValueError(f"rule_detail must be one of {annotators.DETAILS}, "
-                       f"got {self.rule_detail!r}")
+    annotators.check_detail(self.rule_detail, name="rule_detail")
     if self.analysis_mode not in skills.MODES:
       raise ValueError(f"unknown analysis_mode {self.analysis_mode!r}; "
                        f"known: {skills.MODES}")

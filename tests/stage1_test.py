@@ -721,7 +721,8 @@ def test_stage1_annotates_with_the_rule_detail_asked(tmp_path, monkeypatch):
   policies.run_stage1(testing.tiny_policy(), cfg, tmp_path,
                       env_name="household", max_new_tokens=8)
   assert asked == ["kind", "kind"]
-  with pytest.raises(ValueError, match="'kind' is for the household game"):
+  with pytest.raises(ValueError, match="Stage1Config.rule_detail 'kind' is "
+                     "for the household game"):
     policies.run_stage1(None, cfg, tmp_path / "sokoban", env_name="sokoban",
                         max_new_tokens=8)
 

@@ -342,8 +342,8 @@ def test_rules_analyzer_takes_the_rule_detail(policy):
   trainer = trainer_lib.RLTrainer(policy.config, policy.tokenizer, rl,
                                   env_name="household", tx=optax.sgd(0.0))
   assert trainer.teacher.detail == "kind"
-  with pytest.raises(ValueError, match="'kind' is for the household game, "
-                     "not 'sokoban'"):
+  with pytest.raises(ValueError, match="rule_detail 'kind' is for the "
+                     "household game, not 'sokoban'"):
     trainer_lib.RLTrainer(policy.config, policy.tokenizer, rl,
                           env_name="sokoban", tx=optax.sgd(0.0))
   with pytest.raises(ValueError, match=r"rule_detail must be one of "
