@@ -4,7 +4,8 @@ the SmolLM2 GGUF, optionally followed by Stage 1 (hindsight-skill SFT).
 The prepared policy is written once to `workdir/policy` (a Hugging Face
 folder with its tokenizer) and reloaded from there when the run resumes, so
 warm start and Stage 1 never run twice; its report.json records what it was
-prepared from, and a resume asking for another policy is refused. It
+prepared from and how it was computed, and a resume asking for another policy
+is refused. It
 initializes the RL policy and is the KL reference.
 
 Given the training mesh (one process only), the policy's params are placed
@@ -193,6 +194,15 @@ def _asked(*, source: str, model_dir: str | None, seed: int, env_name: str,
           k: v for k, v in dataclasses.asdict(stage1).items()
           if k not in _STAGE1_HOW})
   return json.loads(json.dumps(asked, sort_keys=True, default=repr))
+
+
+def _computed(config: model_lib.ModelConfig) -> dict[str, Any]:
+  """How the policy was computed when it was prepared, as report.json keeps
+  it ("computed"): the compute dtype, the attention block (None: chosen by
+  the backend, `model._query_blocks`) and the backend. Not compared on
+  reload: these change the arithmetic, not the model."""
+  return dict(dtype=config.dtype, attention_block=config.attention_block,
+              backend=jax.default_backend())
 
 
 def _check_reload(folder: epath.Path, done: dict[str, Any] | None,
@@ -503,8 +513,10 @@ def prepare(workdir, *, seed: int = 0, source: str = "demo",
     policy = run_stage1(policy, stage1, workdir, env_name=env_name,
                         max_new_tokens=max_new_tokens, seed=seed,
                         teacher=teacher, mesh=mesh)
-  # What a resume compares with what it is asked (`_check_reload`).
-  policy.report = dict(policy.report, prepared=asked)
+  # What a resume compares with what it is asked (`_check_reload`), and how
+  # it was computed (warm start, Stage 1), which a reload may change.
+  policy.report = dict(policy.report, prepared=asked,
+                       computed=_computed(policy.config))
   if jax.process_index() == 0:
     _save_folder(policy, folder)  # the weights gathered to the host
   return policy

@@ -996,6 +996,13 @@ def test_a_resume_asking_for_another_demo_policy_is_refused_before_it_loads(
   assert not caplog.records
   assert again.report == json.loads(json.dumps(first.report))
   testing.assert_trees_equal(again.params, first.params)
+  computed = {"dtype": "float32", "attention_block": None, "backend": "cpu"}
+  assert first.report["computed"] == computed
+  # Another dtype and attention block are no other policy: reloaded, and the
+  # report still says how it was prepared.
+  other = policies.prepare(run, dtype="bfloat16", attention_block=0, **kw)
+  assert (other.config.dtype, other.config.attention_block) == ("bfloat16", 0)
+  assert other.report["computed"] == computed
   monkeypatch.setattr(policies, "_load_folder", _no_load)
   folder = str(run / "policy")
   for change, want in [
