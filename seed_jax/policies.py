@@ -5,8 +5,7 @@ The prepared policy is written once to `workdir/policy` (a Hugging Face
 folder with its tokenizer) and reloaded from there when the run resumes, so
 warm start and Stage 1 never run twice; its report.json records what it was
 prepared from and how it was computed, and a resume asking for another policy
-is refused. It
-initializes the RL policy and is the KL reference.
+is refused. It initializes the RL policy and is the KL reference.
 
 Given the training mesh (one process only), the policy's params are placed
 on it as the RL trainer shards them, and Stage 1's rollouts and SFT run
