@@ -110,3 +110,108 @@ def ratio_errors(stats: Sequence[Stats]) -> dict[str, float]:
     total = sum(den for _, den in pairs)
     out[f"{name}_se"] = (len(pairs) / (len(pairs) - 1) * squares) ** 0.5 / total
   return out
+
+
+def paired_ratio_diffs(a: Sequence[Stats | None], b: Sequence[Stats | None]
+                       ) -> dict[str, float]:
+  """Each `sum_ratios` ratio of `a` less that of `b`, over the same tasks,
+  with the standard error of the difference task by task, as "<name>_se".
+
+  Pairing tasks takes out what two policies share on a task (the same
+  layout, the same start), so the error is that of the difference, not the
+  two errors combined as if they were independent. Both ratios are
+  linearized as in `ratio_errors`: with R = sum(num) / sum(den),
+  u_i = (num_a_i - R_a den_a_i) / sum(den_a) - (num_b_i - R_b den_b_i) /
+  sum(den_b), and se = sqrt(k / (k - 1) * sum(u_i^2)) over the k tasks that
+  report the statistic in either run (a task that does not report it adds
+  (0, 0) to that side).
+
+  Args:
+    a, b: per task, in the same task order, an environment's statistics of
+      that task's episode (None or {}: none reported).
+
+  Returns:
+    {name: R_a - R_b, "<name>_se": its standard error} for each statistic
+    whose summed denominator is positive in both; the error is left out
+    where fewer than 2 tasks report it.
+
+  Raises:
+    ValueError: `a` and `b` of different lengths (not the same tasks).
+
+  Example: paired_ratio_diffs([{"hit": (1, 1)}, {"hit": (1, 1)}],
+                              [{"hit": (0, 1)}, {"hit": (1, 1)}])
+  == {"hit": 0.5, "hit_se": 0.5}.
+  """
+  if len(a) != len(b):
+    raise ValueError(f"paired statistics need the same tasks, got {len(a)} "
+                     f"and {len(b)}")
+  a = [one or {} for one in a]
+  b = [one or {} for one in b]
+  ra, rb = sum_ratios(a), sum_ratios(b)
+  out = {}
+  for name in sorted(set(ra) & set(rb)):
+    got = [(x.get(name, (0.0, 0.0)), y.get(name, (0.0, 0.0)))
+           for x, y in zip(a, b) if name in x or name in y]
+    da = sum(x[1] for x, _ in got)
+    db = sum(y[1] for _, y in got)
+    out[name] = ra[name] - rb[name]
+    if len(got) < 2:
+      continue
+    squares = sum(((x[0] - ra[name] * x[1]) / da
+                   - (y[0] - rb[name] * y[1]) / db) ** 2 for x, y in got)
+    out[f"{name}_se"] = (len(got) / (len(got) - 1) * squares) ** 0.5
+  return out
+
+
+def stats_text(stats: Sequence[Stats | None]) -> dict[str, str]:
+  """Per-task statistics as one line of text per statistic, for reports.
+
+  Args:
+    stats: per task, in task order, an environment's statistics of that
+      task's episode (None or {}: none reported).
+
+  Returns:
+    {name: "num:den num:den - ..."}, a task's pair in `%g` (6 significant
+    digits) or "-" where it does not report the statistic.
+
+  Example: stats_text([{"hit": (1.0, 3.0)}, None]) == {"hit": "1:3 -"}.
+  """
+  names = sorted({name for one in stats if one for name in one})
+  return {name: " ".join(
+      f"{one[name][0]:g}:{one[name][1]:g}" if one and name in one else "-"
+      for one in stats) for name in names}
+
+
+def stats_from_text(texts: Mapping[str, str]) -> list[Stats]:
+  """The per-task statistics `stats_text` wrote.
+
+  Raises:
+    ValueError: `texts` not a mapping, a statistic whose text is not
+      "num:den" pairs and "-", or statistics of different numbers of tasks;
+      the message names it.
+  """
+  if not isinstance(texts, Mapping):
+    raise ValueError(f"per-task statistics must be {{name: text}}, got "
+                     f"{texts!r:.80}")
+  columns = {}
+  for name, text in texts.items():
+    bad = ValueError(f"per-task statistic {name!r} is not \"num:den\" pairs "
+                     f"and \"-\": {text!r:.80}")
+    if not isinstance(text, str):
+      raise bad
+    column = columns[name] = []
+    for cell in text.split():
+      try:
+        pair = None if cell == "-" else tuple(map(float, cell.split(":")))
+      except ValueError:
+        raise bad from None
+      if pair is not None and len(pair) != 2:
+        raise bad
+      column.append(pair)
+  lengths = {len(c) for c in columns.values()}
+  if len(lengths) > 1:
+    raise ValueError(f"per-task statistics of different numbers of tasks: "
+                     f"{ {k: len(c) for k, c in columns.items()} }")
+  n = lengths.pop() if lengths else 0
+  return [{name: c[i] for name, c in columns.items() if c[i] is not None}
+          for i in range(n)]

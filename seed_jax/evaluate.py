@@ -20,8 +20,9 @@ Writes JSON (every metric, named as in the run's metrics.jsonl:
 "eval/seen/success", "eval/unseen/success/<family>", ..., on the household
 game "eval/<split>/search_usual", "search_usual_chance" and
 "search_usual_over_chance", each with its standard error as "<ratio>_se",
-and under "per_task" each task's outcome as a string of 0s and 1s in task
-order, for comparisons task by task) and CSV (split, family, success, tasks,
+under "per_task" each task's outcome as a string of 0s and 1s in task
+order, and on the household game under "per_task_stats" each task's search
+counts, for comparisons task by task) and CSV (split, family, success, tasks,
 responses_truncated: the share of replies cut at max_new_tokens), by
 default to `RUN/eval/step_<N>_tasks<K>_seed<S>_temp<T>.{json,csv}` (see
 `report_path`), so evaluations with other settings never overwrite each
@@ -127,7 +128,9 @@ def evaluate_split(policy: rollout_lib.Policy, params, *, env_name: str,
                    history_length: int = 2, temperature: float = 0.4,
                    rng: jax.Array | None = None, batch_groups: int = 16,
                    env_kwargs=None,
-                   per_task: list[int] | None = None) -> dict[str, float]:
+                   per_task: list[int] | None = None,
+                   per_task_stats: list[episodes.Stats] | None = None
+                   ) -> dict[str, float]:
   """Success rate on `num_tasks` tasks of a split, no skills in the prompt
   (sampled at `temperature`; 0 is greedy).
 
@@ -136,6 +139,10 @@ def evaluate_split(policy: rollout_lib.Policy, params, *, env_name: str,
       appended to it, in task order (the split's seeds from the first), so
       that two policies scored on the same tasks can be compared task by
       task.
+    per_task_stats: when given and the environment has episode statistics
+      (`envs.episode_stats_fn`), each task's statistics are appended to it,
+      in task order, for comparisons task by task
+      (`episodes.paired_ratio_diffs`).
 
   Returns:
     {"success": overall rate, "success/<family>": per family, "tasks": n,
@@ -199,6 +206,8 @@ def evaluate_split(policy: rollout_lib.Policy, params, *, env_name: str,
                     errors, done)
   if per_task is not None:
     per_task.extend(outcomes)
+  if per_task_stats is not None:
+    per_task_stats.extend(stats)
   replies = [c for v in cut.values() for c in v]
   if any(replies):
     logging.warning("evaluate %s: %d of %d replies cut at max_new_tokens "
@@ -229,12 +238,16 @@ def score(policy: rollout_lib.Policy, params, *, env_name: str,
           num_tasks: int, max_steps: int, history_length: int,
           temperature: float, rng: jax.Array,
           env_kwargs: dict[str, Any] | None = None,
-          per_task: dict[str, list[int]] | None = None) -> dict[str, float]:
+          per_task: dict[str, list[int]] | None = None,
+          per_task_stats: dict[str, list[episodes.Stats]] | None = None
+          ) -> dict[str, float]:
   """Success on both evaluation splits, no skills in the prompt.
 
   Args:
     per_task: when given, filled with {"seen": outcomes, "unseen": ...},
       each task's 1 or 0 in task order (see `evaluate_split`).
+    per_task_stats: when given, filled the same way with each task's
+      episode statistics (none for an environment without them).
 
   Returns:
     {"eval/seen/success": 0.5, "eval/seen/success/<family>": ...,
@@ -246,11 +259,13 @@ def score(policy: rollout_lib.Policy, params, *, env_name: str,
   out = {}
   for split in SPLITS:
     outcomes = None if per_task is None else per_task.setdefault(split[5:], [])
+    stats = (None if per_task_stats is None
+             else per_task_stats.setdefault(split[5:], []))
     res = evaluate_split(
         policy, params, env_name=env_name, split=split, num_tasks=num_tasks,
         max_steps=max_steps, history_length=history_length,
         temperature=temperature, rng=rng, env_kwargs=env_kwargs,
-        per_task=outcomes)
+        per_task=outcomes, per_task_stats=stats)
     out.update({f"eval/{split[5:]}/{k}": v for k, v in res.items()})
   return out
 
@@ -320,7 +335,9 @@ def evaluate_run(workdir: epath.PathLike, *,
   Returns:
     {"workdir", "step", "env_name", "num_tasks", "temperature", "max_steps",
      "history_length", "seed", "metrics": the `score` dict, "per_task":
-     {"seen": "0110...", "unseen": ...}, each task's outcome in task order}.
+     {"seen": "0110...", "unseen": ...}, each task's outcome in task order,
+     and, for an environment with episode statistics, "per_task_stats":
+     {"seen": `episodes.stats_text` of each task's, "unseen": ...}}.
 
   Raises:
     FileNotFoundError: no workdir, no checkpoint; ValueError: a step that
@@ -344,13 +361,17 @@ def evaluate_run(workdir: epath.PathLike, *,
                          else history_length),
       seed=int(seed))
   rng = jax.random.fold_in(jax.random.key(seed), EVAL_RNG_OFFSET + step)
-  per_task = {}
+  per_task, per_task_stats = {}, {}
   metrics = score(rl_trainer.policy, params, rng=rng, env_kwargs=env_kwargs,
-                  per_task=per_task,
+                  per_task=per_task, per_task_stats=per_task_stats,
                   **{k: v for k, v in settings.items() if k != "seed"})
-  return dict(workdir=os.fspath(workdir), step=step, **settings,
-              metrics=metrics,
-              per_task={k: "".join(map(str, v)) for k, v in per_task.items()})
+  report = dict(
+      workdir=os.fspath(workdir), step=step, **settings, metrics=metrics,
+      per_task={k: "".join(map(str, v)) for k, v in per_task.items()})
+  if any(per_task_stats.values()):
+    report["per_task_stats"] = {k: episodes.stats_text(v)
+                                for k, v in per_task_stats.items()}
+  return report
 
 
 def rows(metrics: dict[str, float]) -> list[dict[str, Any]]:

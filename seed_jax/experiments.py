@@ -61,7 +61,9 @@ interrupted rescoring resumes; the table goes to `OUT/rescored.{json,md}`
 and, with `--md=PATH`, to its own section of PATH. Reports that list each
 task's outcome (all written since `per_task` was added) also give
 differences task by task (final − start, final − the baseline's final),
-with their standard error over the tasks:
+with their standard error over the tasks; on the household game, reports
+that list each task's search counts (`per_task_stats`) also compare the
+final lead of the searches over chance with the baseline's, task by task:
 
   python -m seed_jax.experiments evaluate --out=runs/evidence \
       --num_tasks=256 --md=docs/results.md
@@ -89,6 +91,7 @@ from typing import Any, Mapping, Sequence
 from etils import epath
 
 from seed_jax import atomic
+from seed_jax import episodes
 from seed_jax import gin_flags
 from seed_jax import results
 from seed_jax import runner
@@ -428,8 +431,9 @@ def rescore(out: str, *, num_tasks: int = 256, seed: int = 12345,
 
 def _read_report(path: str) -> dict[str, Any]:
   """An evaluation report; a damaged one (it does not parse, lacks a field
-  the table reads (`results.report_problem`), or its per-task outcomes are
-  not strings of 0s and 1s) is an error that names it."""
+  the table reads (`results.report_problem`), its per-task outcomes are
+  not strings of 0s and 1s or its per-task statistics not what
+  `episodes.stats_text` writes) is an error that names it."""
   recover = ("evaluate writes reports whole, so it was damaged: delete it and "
              "rerun to score that checkpoint again")
   try:
@@ -446,6 +450,12 @@ def _read_report(path: str) -> dict[str, Any]:
       results.check_outcomes(outcomes)
     except ValueError as e:
       raise ValueError(f"{path} has bad per_task[{split!r}] ({e}); "
+                       f"{recover}") from None
+  for split, texts in report.get("per_task_stats", {}).items():
+    try:
+      episodes.stats_from_text(texts)
+    except ValueError as e:
+      raise ValueError(f"{path} has bad per_task_stats[{split!r}] ({e}); "
                        f"{recover}") from None
   return report
 

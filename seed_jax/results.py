@@ -34,6 +34,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from seed_jax import episodes
 from seed_jax.results_tables import SPLITS
 from seed_jax.results_tables import csv_text
 from seed_jax.results_tables import efficiency_rows
@@ -413,6 +414,49 @@ def by_task(pairs: Sequence[tuple[str, str]]) -> dict[str, Any] | None:
           "seeds": len(diffs)}
 
 
+# The search statistic `search_by_task` compares (`household.search_stats`).
+LEAD = "search_usual_over_chance"
+
+
+def search_by_task(pairs: Sequence[tuple[Mapping[str, Any], Mapping[
+    str, Any]]], split: str) -> dict[str, Any] | None:
+  """The lead over chance of a's searches less b's, task by task.
+
+  Args:
+    pairs: one (a, b) per seed, two `seed_jax.evaluate` reports of the same
+      tasks; pairs where either lacks per-task search statistics for
+      `split` (reports written before they were recorded) are left out.
+    split: "seen" or "unseen".
+
+  Returns:
+    {"mean": the mean over seeds of a's lead less b's (a fraction), "se":
+     its standard error over the tasks, sqrt(sum_s se_s^2) / seeds with se_s
+     that of seed s's paired difference (`episodes.paired_ratio_diffs`),
+     "seeds"}; None where no pair has the statistics or a side of every
+     pair made no search in vain.
+
+  Raises:
+    ValueError: per-task statistics that do not parse, named by split.
+  """
+  diffs = []
+  for a, b in pairs:
+    texts = [r.get("per_task_stats", {}).get(split) for r in (a, b)]
+    if None in texts:
+      continue
+    try:
+      got = episodes.paired_ratio_diffs(
+          *(episodes.stats_from_text(t) for t in texts))
+    except ValueError as e:
+      raise ValueError(f"per_task_stats[{split!r}]: {e}") from None
+    if LEAD in got:
+      diffs.append((got[LEAD], got.get(f"{LEAD}_se", 0.0)))
+  if not diffs:
+    return None
+  return {"mean": float(np.mean([d for d, _ in diffs])),
+          "se": float(np.sqrt(sum(se ** 2 for _, se in diffs)) / len(diffs)),
+          "seeds": len(diffs)}
+
+
 # What `rescored` reads of every evaluation report (`seed_jax.evaluate`).
 REPORT_KEYS = ("step", "num_tasks", "seed", "temperature", "metrics")
 
@@ -436,6 +480,9 @@ def report_problem(report: Any) -> str | None:
     return f"has no {', '.join(missing)}"
   if not isinstance(report.get("per_task", {}), dict):
     return f"has per_task {report['per_task']!r:.80}, not outcomes by split"
+  if not isinstance(report.get("per_task_stats", {}), dict):
+    return (f"has per_task_stats {report['per_task_stats']!r:.80}, not "
+            "statistics by split")
   return None
 
 
@@ -495,6 +542,10 @@ def rescored(reports: Mapping[str, Mapping[int, Mapping[str, Mapping[
                 "search_usual_over_chance" | its "_se"}}}}, each over the
                 reports that have it (household evaluations; see
                 `evaluate.evaluate_split`; older ones have no lead)
+      "search_vs_baseline": {method: {split: `search_by_task` of the
+                            final reports of the seeds of "paired"}}, for
+                            methods with seeds whose reports both have
+                            per-task search statistics
 
   Raises:
     ValueError: a report without a field read here (`REPORT_KEYS`, each
@@ -531,7 +582,7 @@ def rescored(reports: Mapping[str, Mapping[int, Mapping[str, Mapping[
   out = dict(methods=list(reports), num_tasks=num_tasks, seed=seed,
              temperature=temperature, baseline=baseline, steps={},
              success={}, paired={}, unpaired={}, no_baseline={},
-             efficiency={}, by_task={}, search={})
+             efficiency={}, by_task={}, search={}, search_vs_baseline={})
 
   def task_diffs(pairs, split):  # (a, b) reports -> by_task where both have
     got = [(a["per_task"][split], b["per_task"][split]) for a, b in pairs
@@ -604,4 +655,9 @@ def rescored(reports: Mapping[str, Mapping[int, Mapping[str, Mapping[
                              for s in same], split) for split in SPLITS}
     if any(vs.values()):
       out["by_task"].setdefault(m, {})["vs_baseline"] = vs
+    lead = {split: search_by_task([(finals[m][s], finals[baseline][s])
+                                   for s in same], split) for split in SPLITS}
+    if any(lead.values()):
+      out["search_vs_baseline"][m] = lead
   return out
+

@@ -315,6 +315,17 @@ def rescored_markdown(summary: Mapping[str, Any]) -> str:
                      for w in ("start", "final"))],
         [[m, *(cell(search[m].get(w, {}).get(split)) for split in SPLITS
                for w in ("start", "final"))] for m in search])
+  versus = summary.get("search_vs_baseline") or {}
+  if versus:
+    lines += ["", f"The final lead over chance against {base}'s, task by "
+              "task: differences in points, standard error over the tasks "
+              "in brackets (`episodes.paired_ratio_diffs`), and how many "
+              "seeds where fewer than the method's (older reports have no "
+              "per-task search counts).", ""]
+    lines += table_lines(
+        ["method", *SPLITS],
+        [[m, *(_task_points(versus[m].get(split), n_seeds[m])
+               for split in SPLITS)] for m in versus])
   for split in SPLITS:
     fams = list(dict.fromkeys(f for m in methods
                               for f in succ[m]["final"][split]))

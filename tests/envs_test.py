@@ -113,6 +113,65 @@ def test_ratio_errors_match_the_delta_method_and_a_resampling():
   assert se == pytest.approx(np.std(boot), rel=0.1)
 
 
+def test_paired_ratio_diffs_take_out_what_the_tasks_share():
+  # Two tasks: a hits 1 of 1 on both, b 0 of 1 then 1 of 1. R_a - R_b = 1/2;
+  # u = (0 - (-1/2)) / 2 and (0 - 1/2) / 2, se = sqrt(2 * 2 / 16) = 1/2.
+  assert episodes.paired_ratio_diffs(
+      [{"hit": (1, 1)}, {"hit": (1, 1)}],
+      [{"hit": (0, 1)}, {"hit": (1, 1)}]) == {"hit": 0.5, "hit_se": 0.5}
+  # Against itself: no difference and no error.
+  same = [{"hit": (1, 3)}, {"hit": (2, 2)}, None]
+  assert episodes.paired_ratio_diffs(same, same) == {"hit": 0.0,
+                                                     "hit_se": 0.0}
+  # A ratio one side never reports, or a single task: no difference, or
+  # no error.
+  assert episodes.paired_ratio_diffs([{"hit": (1, 1)}, {}],
+                                     [{"miss": (1, 1)}, {}]) == {}
+  assert episodes.paired_ratio_diffs([{"hit": (1, 2)}],
+                                     [{"hit": (1, 1)}]) == {"hit": -0.5}
+  with pytest.raises(ValueError, match="same tasks, got 2 and 1"):
+    episodes.paired_ratio_diffs(same[:2], same[:1])
+  # Tasks that set both policies' searches (correlated counts): close to
+  # the spread of the difference over bootstrap resamples of the tasks,
+  # and well below the two errors combined as if independent.
+  rng = np.random.default_rng(1)
+  dens = rng.integers(0, 8, size=400)
+  p = rng.uniform(0.05, 0.95, size=400)
+  nums_a = rng.binomial(dens, np.clip(p + 0.1, 0, 1)).astype(float)
+  nums_b = rng.binomial(dens, p).astype(float)
+  dens_b = np.maximum(dens - rng.integers(0, 2, size=400), 0)
+  nums_b = np.minimum(nums_b, dens_b)
+  a = [{"hit": (n, float(d))} for n, d in zip(nums_a, dens)]
+  b = [{"hit": (n, float(d))} for n, d in zip(nums_b, dens_b)]
+  got = episodes.paired_ratio_diffs(a, b)
+  assert got["hit"] == pytest.approx(nums_a.sum() / dens.sum()
+                                     - nums_b.sum() / dens_b.sum())
+  boot = []
+  for _ in range(2000):
+    i = rng.integers(0, 400, size=400)
+    boot.append(nums_a[i].sum() / dens[i].sum()
+                - nums_b[i].sum() / dens_b[i].sum())
+  assert got["hit_se"] == pytest.approx(np.std(boot), rel=0.1)
+  apart = np.hypot(episodes.ratio_errors(a)["hit_se"],
+                   episodes.ratio_errors(b)["hit_se"])
+  assert got["hit_se"] < 0.8 * apart
+
+
+def test_stats_text_round_trips_and_names_damage():
+  stats = [{"hit": (1.0, 3.0), "near": (0.857142857, 3.0)}, None,
+           {"hit": (0.0, 0.0)}]
+  text = episodes.stats_text(stats)
+  assert text == {"hit": "1:3 - 0:0", "near": "0.857143:3 - -"}
+  assert episodes.stats_from_text(text) == [
+      {"hit": (1.0, 3.0), "near": (0.857143, 3.0)}, {}, {"hit": (0.0, 0.0)}]
+  assert episodes.stats_text([]) == {} and episodes.stats_from_text({}) == []
+  for bad in ("1:3 x", "1", "1:2:3", 5):
+    with pytest.raises(ValueError, match="statistic 'hit' is not"):
+      episodes.stats_from_text({"hit": bad})
+  with pytest.raises(ValueError, match="different numbers of tasks"):
+    episodes.stats_from_text({"hit": "1:2", "near": "1:2 -"})
+
+
 def test_splits_are_disjoint_and_seeds_checked():
   ranges = list(base.SPLITS.values())
   for i, a in enumerate(ranges):

@@ -14,6 +14,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from seed_jax import checkpoints
+from seed_jax import episodes
 from seed_jax import evaluate
 from seed_jax import hf
 from seed_jax import manifests
@@ -67,6 +68,17 @@ def test_reproduces_the_runs_own_evaluation(tiny_run, tmp_path, monkeypatch):
   assert json.loads(out_json.read_text()) == json.loads(json.dumps(report))
   # Each task's outcome, in task order, agrees with the rates.
   assert report["per_task"] == {"seen": "00", "unseen": "00"}
+  # And its search counts (the household game's episode statistics), whose
+  # sums are the report's ratios.
+  for split in ("seen", "unseen"):
+    stats = episodes.stats_from_text(report["per_task_stats"][split])
+    assert len(stats) == 2
+    ratios = episodes.sum_ratios(stats)
+    assert ratios == pytest.approx(
+        {k: want[f"eval/{split}/{k}"] for k in ratios}, abs=1e-6)
+    assert all(f"eval/{split}/{k}" not in want
+               for k in ("search_usual", "search_usual_chance",
+                         "search_usual_over_chance") if k not in ratios)
   with open(out_csv) as f:
     table = list(csv.DictReader(f))
   assert table[0] == {"split": "seen", "family": "all",
@@ -460,9 +472,13 @@ def test_the_environments_episode_stats_are_summed_over_episodes(
   monkeypatch.setattr(evaluate.rollout_lib, "rollout", fake_rollout)
   monkeypatch.setattr(evaluate.envs_base, "split_seeds",
                       lambda split, n, start: list(range(start, start + n)))
+  per_task_stats = []
   out = evaluate.evaluate_split(None, None, env_name="household",
                                 split="eval_seen", num_tasks=3, max_steps=3,
-                                batch_groups=2)
+                                batch_groups=2, per_task_stats=per_task_stats)
+  # Each task's counts, in task order (two batches).
+  assert [s["search_usual"] for s in per_task_stats] == [(1, 2), (1, 1),
+                                                         (0, 0)]
   # 2 of the 3 searches in vain went to a cabinet (the fridge is the
   # target; the countertop held the bread), as 2 of the 3 receptacles
   # without it are. The mean of the episodes' ratios would be (1/2 + 1) / 2.

@@ -473,6 +473,30 @@ def test_a_report_with_damaged_outcomes_is_named(tmp_path, per_task, named):
                                "again")
 
 
+@pytest.mark.parametrize("stats,named", [
+    ({"seen": {"search_usual": "1:2 x"}},
+     r"bad per_task_stats\['seen'\] \(per-task statistic 'search_usual'"),
+    ({"unseen": "1:2"},
+     r"bad per_task_stats\['unseen'\] \(per-task statistics must be"),
+    ("1:2", r"per_task_stats '1:2', not statistics by split"),
+])
+def test_a_report_with_damaged_search_counts_is_named(tmp_path, stats, named):
+  read = experiments._read_report  # pylint: disable=protected-access
+  path = tmp_path / "step_2_tasks2_seed0_temp0.4.json"
+  report = dict(step=2, num_tasks=2, seed=0, temperature=0.4,
+                metrics={"eval/seen/success": 0.5, "eval/unseen/success": 0.5},
+                per_task_stats={"seen": {"search_usual": "1:2 -"}})
+  path.write_text(json.dumps(report))
+  assert read(str(path)) == report
+  report["per_task_stats"] = stats
+  path.write_text(json.dumps(report))
+  with pytest.raises(ValueError) as e:
+    read(str(path))
+  assert re.match(rf"{re.escape(str(path))} has {named}", str(e.value))
+  assert str(e.value).endswith("delete it and rerun to score that checkpoint "
+                               "again")
+
+
 @pytest.mark.parametrize("field", ["step", "metrics", "temperature",
                                    "eval/unseen/success"])
 def test_a_report_without_a_field_is_named(tmp_path, field):

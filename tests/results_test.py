@@ -6,6 +6,7 @@ import re
 import PIL.Image
 import pytest
 
+from seed_jax import episodes
 from seed_jax import results
 
 
@@ -693,6 +694,71 @@ def test_rescored_says_where_the_policies_searched():
   out = results.rescored(reports)
   assert out["search"] == {}
   assert "Where the policies searched" not in results.rescored_markdown(out)
+
+
+def test_rescored_compares_the_search_lead_task_by_task():
+  """Final reports with per-task search counts give each method's lead over
+  chance less the baseline's, paired by task and seed, with the standard
+  error of `episodes.paired_ratio_diffs`; pairs without the counts (older
+  reports) are left out and the table says over how many seeds."""
+  def counts(report, **by_split):
+    report["per_task_stats"] = {
+        split: {results.LEAD: text} for split, text in by_split.items()}
+    return report
+
+  reports = {
+      "grpo": {0: {"start": _report(0, 0.25, 0.25),
+                   "final": counts(_report(10, 0.5, 0.25),
+                                   seen="0:1 0:2 1:1 -",
+                                   unseen="0:1 0:1 0:1 0:1")},
+               1: {"start": _report(0, 0.25, 0.25),
+                   "final": counts(_report(10, 0.5, 0.25),
+                                   seen="0:1 0:1 0:1 0:1")}},
+      "seed": {0: {"start": _report(0, 0.25, 0.25),
+                   "final": counts(_report(10, 0.75, 0.75),
+                                   seen="1:1 1:2 1:1 -",
+                                   unseen="1:1 1:1 0:1 0:1")},
+               1: {"start": _report(0, 0.25, 0.25),
+                   "final": _report(10, 0.75, 0.75)}},
+  }
+  out = results.rescored(reports)
+  versus = out["search_vs_baseline"]
+  assert list(versus) == ["seed"]
+  # Unseen, seed 0: leads 2/4 and 0/4; u = (1 - 1/2) / 4 on two tasks and
+  # (0 - 1/2) / 4 on two: se = sqrt(4/3 * 4/64).
+  assert versus["seed"]["unseen"] == pytest.approx(
+      {"mean": 0.5, "se": (4 / 3 * 4 / 64) ** 0.5, "seeds": 1})
+  want = episodes.paired_ratio_diffs(
+      episodes.stats_from_text({"x": "1:1 1:2 1:1 -"}),
+      episodes.stats_from_text({"x": "0:1 0:2 1:1 -"}))
+  assert versus["seed"]["seen"] == pytest.approx(
+      {"mean": want["x"], "se": want["x_se"], "seeds": 1})
+  text = results.rescored_markdown(out)
+  assert "The final lead over chance against grpo's, task by task" in text
+  assert f"| seed | {100 * want['x']:+.1f} (se {100 * want['x_se']:.1f}; " \
+      "1 of 2 seeds) | +50.0 (se 28.9; 1 of 2 seeds) |" in text
+  # Two seeds: the mean of the seeds' differences, se sqrt(sum se^2) / 2.
+  counts(reports["seed"][1]["final"], seen="1:1 1:1 0:1 0:1")
+  seen = results.rescored(reports)["search_vs_baseline"]["seed"]["seen"]
+  assert seen == pytest.approx(
+      {"mean": (want["x"] + 0.5) / 2,
+       "se": math.hypot(want["x_se"], (4 / 3 * 4 / 64) ** 0.5) / 2,
+       "seeds": 2})
+  # Counts that do not parse are named; no counts at all, no table.
+  reports["seed"][1]["final"]["per_task_stats"]["seen"][results.LEAD] = "1"
+  with pytest.raises(ValueError, match=r"per_task_stats\['seen'\]: per-task "
+                     "statistic 'search_usual_over_chance' is not"):
+    results.rescored(reports)
+  for by_seed in reports.values():
+    for pair in by_seed.values():
+      pair["final"].pop("per_task_stats", None)
+  out = results.rescored(reports)
+  assert out["search_vs_baseline"] == {}
+  assert "task by task: differences" not in results.rescored_markdown(out)
+  reports["seed"][0]["final"]["per_task_stats"] = "1:1"
+  with pytest.raises(ValueError, match="has per_task_stats '1:1', not "
+                     "statistics by split"):
+    results.rescored(reports)
 
 
 def test_rescored_names_seeds_without_a_baseline_run():
