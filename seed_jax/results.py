@@ -660,4 +660,3 @@ def rescored(reports: Mapping[str, Mapping[int, Mapping[str, Mapping[
     if any(lead.values()):
       out["search_vs_baseline"][m] = lead
   return out
-
