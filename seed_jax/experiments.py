@@ -63,7 +63,9 @@ task's outcome (all written since `per_task` was added) also give
 differences task by task (final − start, final − the baseline's final),
 with their standard error over the tasks; on the household game, reports
 that list each task's search counts (`per_task_stats`) also compare the
-final lead of the searches over chance with the baseline's, task by task:
+final lead of the searches over chance with the baseline's, task by task
+(`--rescore_without_counts` scores again the checkpoints whose household
+report was made before it recorded the counts):
 
   python -m seed_jax.experiments evaluate --out=runs/evidence \
       --num_tasks=256 --md=docs/results.md
@@ -305,7 +307,8 @@ def write_summary(out: str, md: str | None = None) -> dict[str, Any]:
 def rescore(out: str, *, num_tasks: int = 256, seed: int = 12345,
             temperature: float = 0.4, methods: Sequence[str] | None = None,
             fractions: Sequence[float] = (), md: str | None = None,
-            command: str = "") -> dict[str, Any]:
+            command: str = "", without_counts: bool = False
+            ) -> dict[str, Any]:
   """Scores every finished run's start and final checkpoint on common tasks.
 
   A run is finished when its last checkpoint is of its planned last update
@@ -322,6 +325,11 @@ def rescore(out: str, *, num_tasks: int = 256, seed: int = 12345,
       `train.train.keep_every`.
     md: also write the table as a section of this Markdown file.
     command: the command line, recorded with the table.
+    without_counts: score again the checkpoints whose kept report has
+      search statistics but not each task's search counts (made before
+      reports recorded them), replacing the report; otherwise such reports
+      are used as they are, and the runs are left out of the paired search
+      lead.
 
   Returns:
     `results.rescored` of the reports, plus "left_out": {run: why} for the
@@ -345,7 +353,7 @@ def rescore(out: str, *, num_tasks: int = 256, seed: int = 12345,
     fractions = [*fractions, 1.0]
   recorded = _planned(_recorded(
       runner.read_status(os.path.join(out, runner.STATUS))))
-  reports, left_out = {}, {}
+  reports, left_out, countless = {}, {}, set()
   for m, by_seed in found.items():
     if methods is not None and m not in methods:
       continue
@@ -376,11 +384,16 @@ def rescore(out: str, *, num_tasks: int = 256, seed: int = 12345,
         path = evaluate.report_path(
             workdir, step, num_tasks=num_tasks, seed=seed,
             temperature=temperature) + ".json"
-        if not os.path.exists(path):
+        again = os.path.exists(path) and _lacks_counts(path)
+        if again and not without_counts:
+          countless.add(path)
+        if not os.path.exists(path) or (again and without_counts):
           label = (which if isinstance(which, str)
                    else f"{100 * which:g}% of {planned}")
           print(f"{m}/seed{s}: scoring update {step} ({label}) on "
-                f"{num_tasks} tasks per split", flush=True)
+                f"{num_tasks} tasks per split"
+                + (", again: its report has no per-task search counts"
+                   if again else ""), flush=True)
           try:
             evaluate.main(["--workdir", workdir, "--step", str(step),
                            "--num_tasks", str(num_tasks), "--seed", str(seed),
@@ -408,6 +421,12 @@ def rescore(out: str, *, num_tasks: int = 256, seed: int = 12345,
           pair.setdefault("efficiency", {})[f"{which:g}"] = report
     if m in reports and not reports[m]:
       reports.pop(m)
+  if countless:
+    print(f"{len(countless)} report(s) have search statistics but no "
+          "per-task search counts (made before reports recorded them), so "
+          "their runs are left out of the paired search lead; "
+          "--rescore_without_counts scores those checkpoints again",
+          flush=True)
   if not reports:
     raise FileNotFoundError(f"no finished OUT/<method>/seed<S> run under "
                             f"{out} has a checkpoint that could be scored; "
@@ -427,6 +446,20 @@ def rescore(out: str, *, num_tasks: int = 256, seed: int = 12345,
   if md:
     _update_section(md, text, begin=RESCORED_BEGIN, end=RESCORED_END)
   return summary
+
+
+def _lacks_counts(path: str) -> bool:
+  """Whether the report at `path` has search statistics (household) but not
+  each task's search counts; one that does not parse is `_read_report`'s
+  to name, so False."""
+  try:
+    with open(path) as f:
+      report = json.load(f)
+    metrics = report.get("metrics", {})
+    return "per_task_stats" not in report and any(
+        k.endswith("/search_usual") for k in metrics)
+  except (ValueError, AttributeError, TypeError):
+    return False
 
 
 def _read_report(path: str) -> dict[str, Any]:
@@ -615,6 +648,10 @@ def parse_flags(argv):
                   "them with train.train.keep_every)")
   ev.add_argument("--md", default=None,
                   help="also write the table as a section of this file")
+  ev.add_argument("--rescore_without_counts", action="store_true",
+                  help="score again the checkpoints whose kept report has "
+                  "no per-task search counts (made by older code), so that "
+                  "every run is in the paired search lead")
   # run's --gin.NAME=VALUE and --gin NAME=VALUE, in their order.
   known, rest = parser.parse_known_args(gin_flags.in_order(argv))
   for arg in rest:
@@ -643,7 +680,8 @@ def main(argv=None) -> int:
       summary = rescore(args.out, num_tasks=args.num_tasks, seed=args.seed,
                         temperature=args.temperature, md=args.md,
                         methods=args.methods, fractions=args.fractions,
-                        command=command)
+                        command=command,
+                        without_counts=args.rescore_without_counts)
       print(results.rescored_markdown(summary))
       failed = {k: v for k, v in summary["left_out"].items()
                 if not v.startswith((NO_CHECKPOINT, UNFINISHED))}
