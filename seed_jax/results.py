@@ -546,6 +546,11 @@ def rescored(reports: Mapping[str, Mapping[int, Mapping[str, Mapping[
                             final reports of the seeds of "paired"}}, for
                             methods with seeds whose reports both have
                             per-task search statistics
+      "take": {method: {"start" | "final": {split: {"took" | "after" |
+              "steps": mean_std of "eval/<split>/took_goal" |
+              "won_after_take" | "steps_to_take"}}}}, each over the reports
+              that have it (household evaluations since
+              `household.take_stats`): how far the episodes got
 
   Raises:
     ValueError: a report without a field read here (`REPORT_KEYS`, each
@@ -582,7 +587,8 @@ def rescored(reports: Mapping[str, Mapping[int, Mapping[str, Mapping[
   out = dict(methods=list(reports), num_tasks=num_tasks, seed=seed,
              temperature=temperature, baseline=baseline, steps={},
              success={}, paired={}, unpaired={}, no_baseline={},
-             efficiency={}, by_task={}, search={}, search_vs_baseline={})
+             efficiency={}, by_task={}, search={}, search_vs_baseline={},
+             take={})
 
   def task_diffs(pairs, split):  # (a, b) reports -> by_task where both have
     got = [(a["per_task"][split], b["per_task"][split]) for a, b in pairs
@@ -631,6 +637,14 @@ def rescored(reports: Mapping[str, Mapping[int, Mapping[str, Mapping[
                 for split in SPLITS}
       if any(v["usual"]["n"] for v in search.values()):
         out["search"].setdefault(m, {})[which] = search
+      took = {split: {name: mean_std(
+          [g[f"eval/{split}/{key}"] for g in got
+           if g.get(f"eval/{split}/{key}") is not None])
+          for name, key in (("took", "took_goal"),
+                            ("after", "won_after_take"),
+                            ("steps", "steps_to_take"))} for split in SPLITS}
+      if any(v["took"]["n"] for v in took.values()):
+        out["take"].setdefault(m, {})[which] = took
     gains = [(pair["final"], pair["start"]) for pair in by_seed.values()
              if "final" in pair and "start" in pair]
     gain = {split: task_diffs(gains, split) for split in SPLITS}

@@ -326,6 +326,26 @@ def rescored_markdown(summary: Mapping[str, Any]) -> str:
         ["method", *SPLITS],
         [[m, *(_task_points(versus[m].get(split), n_seeds[m])
                for split in SPLITS)] for m in versus])
+  take = summary.get("take") or {}
+  if take:
+    def took(got):
+      if not got or not got["took"]["n"]:
+        return "-"
+      after = pct(got["after"]) if got["after"]["n"] else "-"
+      steps = (f" (step {got['steps']['mean']:.1f})" if got["steps"]["n"]
+               else "")
+      return f"{pct(got['took'])}; {after}{steps}"
+
+    lines += ["", "**How far the episodes got**: the share in percent of "
+              "episodes that took a goal object, then the share of those "
+              "that won (success is the product), and in brackets the mean "
+              "step of that take (`household.take_stats`); ± the std over "
+              "seeds.", ""]
+    lines += table_lines(
+        ["method", *(f"{w} {split}" for split in SPLITS
+                     for w in ("start", "final"))],
+        [[m, *(took(take[m].get(w, {}).get(split)) for split in SPLITS
+               for w in ("start", "final"))] for m in take])
   for split in SPLITS:
     fams = list(dict.fromkeys(f for m in methods
                               for f in succ[m]["final"][split]))

@@ -560,7 +560,8 @@ class RLTrainer:
     `responses_truncated` is the share of replies (those left out too) cut
     at `max_new_tokens`. The environment's `episode_stats` ratios over the
     episodes join the metrics (household: `search_usual`, where the searches
-    in vain went, against chance; see `evaluate.evaluate_split`).
+    in vain went, against chance, and `took_goal` / `won_after_take`, how
+    far the episodes got; see `evaluate.evaluate_split`).
 
     Raises:
       RuntimeError: a chunk failed on some process, or every episode's

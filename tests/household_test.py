@@ -366,6 +366,32 @@ def test_search_stats_count_valid_misses_before_the_first_take():
       "search_usual_over_chance": (0.0, 0.0)}
 
 
+def test_take_stats_split_success_into_taking_and_after():
+  truth = {"start_locations": {"mug 1": "cabinet 2", "mug 2": "drawer 1"}}
+  steps = [("take apple 1 from cabinet 1", True),  # not a goal object
+           ("take mug 1 from drawer 1", False),     # invalid
+           ("take mug 2 from drawer 1", True),      # the first goal take
+           ("take mug 1 from cabinet 2", True)]
+  assert household.take_stats(truth, steps, won=False) == {
+      "took_goal": (1.0, 1.0), "won_after_take": (0.0, 1.0),
+      "steps_to_take": (3.0, 1.0)}
+  assert household.take_stats(truth, steps[:2], won=False) == {
+      "took_goal": (0.0, 1.0), "won_after_take": (0.0, 0.0),
+      "steps_to_take": (0.0, 0.0)}
+  # The expert's won episodes: success is took_goal times won_after_take.
+  env = household.HouseholdEnv(split="eval_unseen", max_steps=30)
+  for seed in range(5):
+    env.reset(seed)
+    plan = household.expert_actions(env)
+    valid = [env.step(a)[3]["action_valid"] for a in plan]
+    assert env.ground_truth() and all(valid)
+    stats = household.take_stats(env.ground_truth(),
+                                 list(zip(plan, valid)), won=True)
+    first = next(i for i, a in enumerate(plan) if a.startswith("take "))
+    assert stats == {"took_goal": (1.0, 1.0), "won_after_take": (1.0, 1.0),
+                     "steps_to_take": (first + 1.0, 1.0)}
+
+
 def test_start_places_first_searches_only_where_the_object_can_start():
   env = household.HouseholdEnv(split="eval_unseen", max_steps=30)
   totals = [0.0, 0.0]

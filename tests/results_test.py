@@ -696,6 +696,39 @@ def test_rescored_says_where_the_policies_searched():
   assert "Where the policies searched" not in results.rescored_markdown(out)
 
 
+def test_rescored_says_how_far_the_episodes_got():
+  """Reports with household take shares get a table of them (took a goal
+  object; of those, won; mean step of the take); others add nothing."""
+  def took(report, took_goal, after, steps=4.0, split="unseen"):
+    report["metrics"].update({f"eval/{split}/took_goal": took_goal,
+                              f"eval/{split}/won_after_take": after,
+                              f"eval/{split}/steps_to_take": steps})
+    return report
+
+  reports = {
+      "grpo": {0: {"start": took(_report(0, 0.25, 0.25), 0.5, 0.5),
+                   "final": took(_report(10, 0.5, 0.25), 0.5, 0.5, 6.0)},
+               1: {"start": took(_report(0, 0.25, 0.25), 0.5, 0.5),
+                   "final": took(_report(10, 0.5, 0.5), 1.0, 0.5, 8.0)}},
+      "seed": {0: {"start": _report(0, 0.25, 0.0),
+                   "final": _report(10, 0.75, 0.75)}},
+  }
+  out = results.rescored(reports)
+  assert list(out["take"]) == ["grpo"]
+  final = out["take"]["grpo"]["final"]["unseen"]
+  assert final["took"]["values"] == [0.5, 1.0]
+  assert final["after"]["mean"] == 0.5 and final["steps"]["mean"] == 7.0
+  assert out["take"]["grpo"]["final"]["seen"]["took"]["n"] == 0
+  text = results.rescored_markdown(out)
+  assert "**How far the episodes got**" in text
+  assert ("| grpo | - | - | 50.0 ± 0.0; 50.0 ± 0.0 (step 4.0) | "
+          "75.0 ± 35.4; 50.0 ± 0.0 (step 7.0) |") in text
+  del reports["grpo"]
+  out = results.rescored(reports)
+  assert out["take"] == {}
+  assert "How far the episodes got" not in results.rescored_markdown(out)
+
+
 def test_rescored_compares_the_search_lead_task_by_task():
   """Final reports with per-task search counts give each method's lead over
   chance less the baseline's, paired by task and seed, with the standard

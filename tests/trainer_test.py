@@ -670,6 +670,7 @@ def test_replies_cut_at_max_new_tokens_are_counted(policy):
 
 
 def test_an_update_reports_where_its_rollouts_searched(policy):
+  """And how far they got."""
   t = _trainer(policy, variant="grpo")
 
   def generate(params, prompts, rng, sampling):  # the last place listed
@@ -688,11 +689,13 @@ def test_an_update_reports_where_its_rollouts_searched(policy):
   c = t.collect(t.place_params(policy.params), jax.random.key(0),
                 update_index=0)
   want = episodes.sum_ratios(household.episode_stats(e) for e in c.episodes)
+  # It never takes: won_after_take and steps_to_take have no episodes.
   assert set(want) == {"search_usual", "search_usual_chance",
-                       "search_usual_over_chance"}
+                       "search_usual_over_chance", "took_goal"}
   for name, value in want.items():
     assert c.metrics[name] == pytest.approx(value)
   assert 0 <= c.metrics["search_usual"] <= 1
+  assert c.metrics["took_goal"] == 0
 
 
 def test_an_update_whose_every_env_raised_is_a_clear_error(policy):

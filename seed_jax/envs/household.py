@@ -468,13 +468,43 @@ def search_stats(ground_truth: dict[str, Any],
           "search_usual_over_chance": (hits - chance * misses, float(misses))}
 
 
+def take_stats(ground_truth: dict[str, Any],
+               steps: Sequence[tuple[str, bool]], won: bool
+               ) -> dict[str, tuple[float, float]]:
+  """Whether an episode got as far as taking a goal object, and how it did
+  from there: a task is won only after a goal object is taken, so success
+  is `took_goal` times `won_after_take`, which tells a policy that fails to
+  find the object from one that fails to carry the task out.
+
+  Args:
+    ground_truth: the episode's `HouseholdEnv.ground_truth()`.
+    steps: (action, valid) of each step, in order.
+    won: whether the episode was won.
+
+  Returns:
+    {"took_goal": (1 if a valid "take" of a goal object came, 1),
+    "won_after_take": (won and took, took), "steps_to_take": (its step
+    number, counted from 1, took)}: numerators and denominators, to be
+    summed over episodes (`episodes.sum_ratios`).
+  """
+  goals = tuple(f"take {name} from "
+                for name in ground_truth["start_locations"])
+  first = next((i for i, (action, valid) in enumerate(steps)
+                if valid and action.startswith(goals)), None)
+  took = float(first is not None)
+  return {"took_goal": (took, 1.0),
+          "won_after_take": (float(won and took), took),
+          "steps_to_take": (float(first + 1) if took else 0.0, took)}
+
+
 def episode_stats(episode: Any) -> dict[str, tuple[float, float]]:
-  """`search_stats` of a rollout's `episodes.Episode` ({} without its ground
-  truth, e.g. when `ground_truth()` raised)."""
+  """`search_stats` and `take_stats` of a rollout's `episodes.Episode` ({}
+  without its ground truth, e.g. when `ground_truth()` raised)."""
   if not episode.ground_truth:
     return {}
-  return search_stats(episode.ground_truth,
-                      [(s.action, s.action_valid) for s in episode.steps])
+  steps = [(s.action, s.action_valid) for s in episode.steps]
+  return {**search_stats(episode.ground_truth, steps),
+          **take_stats(episode.ground_truth, steps, episode.success)}
 
 
 class ExpertPlanner:
