@@ -63,8 +63,10 @@ def play(expert: str, *, split: str = "eval_unseen", num_tasks: int = 1024,
     won episodes, None if none), "search_usual" and "search_usual_chance"
     (`household.search_stats` over all tasks: the share of the searches in
     vain that went where the object can start, and that of a type-blind
-    search; None without such searches), "outcomes" (0/1 per task, in task
-    order)}.
+    search; None without such searches), "took_goal" and "won_after_take"
+    (`household.take_stats`: the share of the tasks where a goal object was
+    taken, and the share of those won; None where none was), "outcomes"
+    (0/1 per task, in task order)}.
 
   Raises:
     ValueError: an unknown expert or split, num_tasks < 1, max_steps < 1,
@@ -90,7 +92,9 @@ def play(expert: str, *, split: str = "eval_unseen", num_tasks: int = 1024,
     outcomes.append(int(reward > 0))
     if reward > 0:
       steps_won.append(env.steps)
-    stats.append(household.search_stats(env.ground_truth(), steps))
+    stats.append({**household.search_stats(env.ground_truth(), steps),
+                  **household.take_stats(env.ground_truth(), steps,
+                                         reward > 0)})
   ratios = episodes.sum_ratios(stats)
   return {"expert": expert, "noise": noise,
           "success": 100.0 * sum(outcomes) / num_tasks,
@@ -98,6 +102,8 @@ def play(expert: str, *, split: str = "eval_unseen", num_tasks: int = 1024,
                        else None,
           "search_usual": ratios.get("search_usual"),
           "search_usual_chance": ratios.get("search_usual_chance"),
+          "took_goal": ratios["took_goal"],
+          "won_after_take": ratios.get("won_after_take"),
           "outcomes": outcomes}
 
 
@@ -129,6 +135,22 @@ def search_table(rows: Sequence[dict]) -> str:
   by = {(r["noise"], r["expert"]): r for r in rows}
   cell = lambda r: ("-" if r["search_usual"] is None else
                     f"{r['search_usual']:.2f} ({r['search_usual_chance']:.2f})")
+  lines = ["| noise | peek | likely | shuffled |", "|---|---|---|---|"]
+  for noise in sorted({r["noise"] for r in rows}):
+    lines.append(f"| {noise:g} | " + " | ".join(
+        cell(by[(noise, e)]) for e in ("peek", "likely", "shuffled")) + " |")
+  return "\n".join(lines)
+
+
+def take_table(rows: Sequence[dict]) -> str:
+  """A Markdown table: one line per noise level, each expert's share of
+  tasks where it took a goal object, then the share of those it won (in %;
+  success is their product), to read a policy's own (`evaluate`'s
+  `took_goal` and `won_after_take`) against."""
+  by = {(r["noise"], r["expert"]): r for r in rows}
+  cell = lambda r: f"{100 * r['took_goal']:.1f}; " + (
+      "-" if r["won_after_take"] is None else
+      f"{100 * r['won_after_take']:.1f}")
   lines = ["| noise | peek | likely | shuffled |", "|---|---|---|---|"]
   for noise in sorted({r["noise"] for r in rows}):
     lines.append(f"| {noise:g} | " + " | ".join(
@@ -173,6 +195,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "take, to a place without the object) that went where the object "
         "can start, type-blind chance in brackets")
   print(search_table(rows))
+  print("\ntasks where a goal object was taken, in %; then the share of "
+        "those won")
+  print(take_table(rows))
   if args.out_json:
     atomic.write_text(args.out_json, json.dumps(
         {"split": args.split, "num_tasks": args.num_tasks,

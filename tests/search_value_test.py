@@ -105,3 +105,20 @@ def test_searches_of_the_experts_against_chance():
                        f"({rows['likely']['search_usual_chance']:.2f}) | "
                        f"{rows['shuffled']['search_usual']:.2f} "
                        f"({rows['shuffled']['search_usual_chance']:.2f}) |")
+
+
+def test_how_far_the_experts_got():
+  """Success is the share that took a goal object times the share of those
+  won; noise loses tasks both before and after the take."""
+  rows = [search_value.play(e, num_tasks=128, noise=n)
+          for n in (0.0, 0.7) for e in search_value.EXPERTS]
+  for r in rows:
+    assert r["success"] == pytest.approx(
+        100 * r["took_goal"] * r["won_after_take"])
+  clean, noisy = rows[0], rows[3]  # peek
+  assert clean["took_goal"] == clean["won_after_take"] == 1.0
+  assert noisy["took_goal"] < 1.0 and noisy["won_after_take"] < 1.0
+  lines = search_value.take_table(rows).splitlines()
+  cell = lambda r: (f"{100 * r['took_goal']:.1f}; "
+                    f"{100 * r['won_after_take']:.1f}")
+  assert lines[3] == "| 0.7 | " + " | ".join(map(cell, rows[3:])) + " |"
