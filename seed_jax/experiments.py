@@ -64,8 +64,8 @@ differences task by task (final − start, final − the baseline's final),
 with their standard error over the tasks; on the household game, reports
 that list each task's search counts (`per_task_stats`) also compare the
 final lead of the searches over chance with the baseline's, task by task
-(`--rescore_without_counts` scores again the checkpoints whose household
-report was made before it recorded the counts):
+(`--rescore_without_counts` scores again the final checkpoints whose
+household report was made before it recorded the counts):
 
   python -m seed_jax.experiments evaluate --out=runs/evidence \
       --num_tasks=256 --md=docs/results.md
@@ -325,11 +325,11 @@ def rescore(out: str, *, num_tasks: int = 256, seed: int = 12345,
       `train.train.keep_every`.
     md: also write the table as a section of this Markdown file.
     command: the command line, recorded with the table.
-    without_counts: score again the checkpoints whose kept report has
-      search statistics but not each task's search counts (made before
+    without_counts: score again the final checkpoints whose kept report
+      has search statistics but not each task's search counts (made before
       reports recorded them), replacing the report; otherwise such reports
-      are used as they are, and the runs are left out of the paired search
-      lead.
+      are used as they are, and their runs are left out of the paired
+      search lead.
 
   Returns:
     `results.rescored` of the reports, plus "left_out": {run: why} for the
@@ -384,7 +384,9 @@ def rescore(out: str, *, num_tasks: int = 256, seed: int = 12345,
         path = evaluate.report_path(
             workdir, step, num_tasks=num_tasks, seed=seed,
             temperature=temperature) + ".json"
-        again = os.path.exists(path) and _lacks_counts(path)
+        # Only the finals feed the paired search lead.
+        again = (which == "final" and os.path.exists(path)
+                 and _lacks_counts(path))
         if again and not without_counts:
           countless.add(path)
         if not os.path.exists(path) or (again and without_counts):
@@ -422,7 +424,7 @@ def rescore(out: str, *, num_tasks: int = 256, seed: int = 12345,
     if m in reports and not reports[m]:
       reports.pop(m)
   if countless:
-    print(f"{len(countless)} report(s) have search statistics but no "
+    print(f"{len(countless)} final report(s) have search statistics but no "
           "per-task search counts (made before reports recorded them), so "
           "their runs are left out of the paired search lead; "
           "--rescore_without_counts scores those checkpoints again",
@@ -649,7 +651,8 @@ def parse_flags(argv):
   ev.add_argument("--md", default=None,
                   help="also write the table as a section of this file")
   ev.add_argument("--rescore_without_counts", action="store_true",
-                  help="score again the checkpoints whose kept report has "
+                  help="score again the final checkpoints whose kept report "
+                  "has "
                   "no per-task search counts (made by older code), so that "
                   "every run is in the paired search lead")
   # run's --gin.NAME=VALUE and --gin NAME=VALUE, in their order.

@@ -328,24 +328,29 @@ def rescored_markdown(summary: Mapping[str, Any]) -> str:
                for split in SPLITS)] for m in versus])
   take = summary.get("take") or {}
   if take:
-    def took(got):
+    def took(got, n_seeds):
       if not got or not got["took"]["n"]:
         return "-"
       after = pct(got["after"]) if got["after"]["n"] else "-"
       steps = (f" (step {got['steps']['mean']:.1f})" if got["steps"]["n"]
                else "")
-      return f"{pct(got['took'])}; {after}{steps}"
+      fewer = (f", {got['took']['n']} of {n_seeds} seeds"
+               if got["took"]["n"] < n_seeds else "")
+      return f"{pct(got['took'])}; {after}{steps}{fewer}"
 
     lines += ["", "**How far the episodes got**: the share in percent of "
               "episodes that took a goal object, then the share of those "
-              "that won (success is the product), and in brackets the mean "
-              "step of that take (`household.take_stats`); ± the std over "
-              "seeds.", ""]
+              "that won (per seed, success is their product but for episodes "
+              "the environment failed), and in brackets the mean step of "
+              "that take (`household.take_stats`); ± the std over the seeds "
+              "whose reports have them (older ones do not), and how many "
+              "of the method's where fewer.", ""]
     lines += table_lines(
         ["method", *(f"{w} {split}" for split in SPLITS
                      for w in ("start", "final"))],
-        [[m, *(took(take[m].get(w, {}).get(split)) for split in SPLITS
-               for w in ("start", "final"))] for m in take])
+        [[m, *(took(take[m].get(w, {}).get(split), n_seeds[m])
+               for split in SPLITS for w in ("start", "final"))]
+         for m in take])
   for split in SPLITS:
     fams = list(dict.fromkeys(f for m in methods
                               for f in succ[m]["final"][split]))

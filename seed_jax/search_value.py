@@ -63,9 +63,9 @@ def play(expert: str, *, split: str = "eval_unseen", num_tasks: int = 1024,
     won episodes, None if none), "search_usual" and "search_usual_chance"
     (`household.search_stats` over all tasks: the share of the searches in
     vain that went where the object can start, and that of a type-blind
-    search; None without such searches), "took_goal" and "won_after_take"
-    (`household.take_stats`: the share of the tasks where a goal object was
-    taken, and the share of those won; None where none was), "outcomes"
+    search; None without such searches), "took_goal" (the share of the
+    tasks where a goal object was taken) and "won_after_take" (the share of
+    those won; None where none was; `household.take_stats`), "outcomes"
     (0/1 per task, in task order)}.
 
   Raises:

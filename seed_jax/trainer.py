@@ -560,8 +560,9 @@ class RLTrainer:
     `responses_truncated` is the share of replies (those left out too) cut
     at `max_new_tokens`. The environment's `episode_stats` ratios over the
     episodes join the metrics (household: `search_usual`, where the searches
-    in vain went, against chance, and `took_goal` / `won_after_take`, how
-    far the episodes got; see `evaluate.evaluate_split`).
+    in vain went, against chance, and `took_goal`, `won_after_take` and
+    `steps_to_take`, how far the episodes got; see
+    `evaluate.evaluate_split`).
 
     Raises:
       RuntimeError: a chunk failed on some process, or every episode's
@@ -612,7 +613,7 @@ class RLTrainer:
                **times}  # this process's times
     metrics.update(merge_chunk_metrics([p["an"] for p in parts]))
     stats_fn = envs.episode_stats_fn(self.env_name)
-    if stats_fn is not None:  # household: where the rollouts searched
+    if stats_fn is not None:  # household: search and take statistics
       metrics.update(episodes_lib.sum_ratios(stats_fn(e) for e in episodes))
     return Collected(samples, episodes, found, metrics)
 

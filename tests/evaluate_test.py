@@ -79,10 +79,8 @@ def test_reproduces_the_runs_own_evaluation(tiny_run, tmp_path, monkeypatch):
     assert all(f"eval/{split}/{k}" not in want
                for k in ("search_usual", "search_usual_chance",
                          "search_usual_over_chance") if k not in ratios)
-    # Every episode says whether it took a goal object; a won task took one.
+    # Every episode says whether it took a goal object.
     assert stats and all(s["took_goal"][1] == 1 for s in stats)
-    won = [int(c) for c in report["per_task"][split]]
-    assert all(s["took_goal"][0] >= w for s, w in zip(stats, won))
   with open(out_csv) as f:
     table = list(csv.DictReader(f))
   assert table[0] == {"split": "seen", "family": "all",

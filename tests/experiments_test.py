@@ -610,10 +610,11 @@ def test_a_kept_report_of_other_settings_is_named(tmp_path, monkeypatch):
 
 def test_reports_without_search_counts_are_scored_again_when_asked(
     tmp_path, monkeypatch, capsys):
-  """A household report made before the per-task search counts were
+  """A final household report made before the per-task search counts were
   recorded is reused and named; with --rescore_without_counts its
-  checkpoint is scored again. A report without search statistics (another
-  game) is reused either way."""
+  checkpoint is scored again. A start report without them (only the finals
+  are compared task by task) and a report without search statistics
+  (another game) are reused either way."""
   from seed_jax import evaluate  # pylint: disable=g-import-not-at-top
   out = tmp_path / "exp"
   workdir = out / "grpo" / "seed0"
@@ -622,22 +623,30 @@ def test_reports_without_search_counts_are_scored_again_when_asked(
       method="grpo", seed=0, num_updates=100, state="done")})))
   scored = _fake_scoring(monkeypatch, {("grpo", 0): 100})
   success = {"eval/seen/success": 0.5, "eval/unseen/success": 0.5}
-  for step, metrics in ((0, dict(success, **{"eval/seen/search_usual": 0.4})),
-                        (100, success)):
+  household = dict(success, **{"eval/seen/search_usual": 0.4})
+
+  def write(step, metrics):
     path = evaluate.report_path(str(workdir), step, num_tasks=256,
                                 seed=12345, temperature=0.4) + ".json"
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:
       json.dump(dict(step=step, num_tasks=256, seed=12345, temperature=0.4,
                      metrics=metrics), f)
-  assert experiments.main(["evaluate", "--out", str(out)]) == 0
+
+  write(0, household)
+  write(100, success)
+  argv = ["evaluate", "--out", str(out)]
+  assert experiments.main(argv + ["--rescore_without_counts"]) == 0
   assert scored == []
-  assert ("1 report(s) have search statistics but no per-task search counts"
-          in capsys.readouterr().out)
-  assert experiments.main(["evaluate", "--out", str(out),
-                           "--rescore_without_counts"]) == 0
-  assert scored == [(str(workdir), 0)]
-  assert ("scoring update 0 (start) on 256 tasks per split, again: its "
+  assert "report(s) have" not in capsys.readouterr().out
+  write(100, household)
+  assert experiments.main(argv) == 0
+  assert scored == []
+  assert ("1 final report(s) have search statistics but no per-task search "
+          "counts" in capsys.readouterr().out)
+  assert experiments.main(argv + ["--rescore_without_counts"]) == 0
+  assert scored == [(str(workdir), 100)]
+  assert ("scoring update 100 (final) on 256 tasks per split, again: its "
           "report has no per-task search counts" in capsys.readouterr().out)
 
 

@@ -380,16 +380,23 @@ def test_take_stats_split_success_into_taking_and_after():
       "steps_to_take": (0.0, 0.0)}
   # The expert's won episodes: success is took_goal times won_after_take.
   env = household.HouseholdEnv(split="eval_unseen", max_steps=30)
-  for seed in range(5):
+  families = set()
+  for seed in range(12):
     env.reset(seed)
     plan = household.expert_actions(env)
-    valid = [env.step(a)[3]["action_valid"] for a in plan]
-    assert env.ground_truth() and all(valid)
+    valid, won = [], False
+    for a in plan:
+      _, reward, _, info = env.step(a)
+      valid.append(info["action_valid"])
+      won = reward > 0
+    families.add(env.ground_truth()["family"])
+    assert won and all(valid)
     stats = household.take_stats(env.ground_truth(),
-                                 list(zip(plan, valid)), won=True)
+                                 list(zip(plan, valid)), won=won)
     first = next(i for i, a in enumerate(plan) if a.startswith("take "))
     assert stats == {"took_goal": (1.0, 1.0), "won_after_take": (1.0, 1.0),
                      "steps_to_take": (first + 1.0, 1.0)}
+  assert len(families) == 6  # every family, pick_two and the lamp's too
 
 
 def test_start_places_first_searches_only_where_the_object_can_start():

@@ -723,6 +723,11 @@ def test_rescored_says_how_far_the_episodes_got():
   assert "**How far the episodes got**" in text
   assert ("| grpo | - | - | 50.0 ± 0.0; 50.0 ± 0.0 (step 4.0) | "
           "75.0 ± 35.4; 50.0 ± 0.0 (step 7.0) |") in text
+  # A seed whose reports predate the statistics: the others, counted.
+  for key in ("took_goal", "won_after_take", "steps_to_take"):
+    del reports["grpo"][1]["final"]["metrics"][f"eval/unseen/{key}"]
+  text = results.rescored_markdown(results.rescored(reports))
+  assert "| 50.0; 50.0 (step 6.0), 1 of 2 seeds |" in text
   del reports["grpo"]
   out = results.rescored(reports)
   assert out["take"] == {}

@@ -472,8 +472,9 @@ def take_stats(ground_truth: dict[str, Any],
                steps: Sequence[tuple[str, bool]], won: bool
                ) -> dict[str, tuple[float, float]]:
   """Whether an episode got as far as taking a goal object, and how it did
-  from there: a task is won only after a goal object is taken, so success
-  is `took_goal` times `won_after_take`, which tells a policy that fails to
+  from there: a task is won only after a goal object is taken, so over
+  episodes with a ground truth (no environment error) success is
+  `took_goal` times `won_after_take`, which tells a policy that fails to
   find the object from one that fails to carry the task out.
 
   Args:
