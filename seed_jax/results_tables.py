@@ -201,6 +201,16 @@ def markdown(summary: Mapping[str, Any], *, image_dir: str | None = None,
   return "\n".join(lines)
 
 
+def _start_final_table(by_method, cell) -> list[str]:
+  """Table lines of `cell(method, by_method[method][which][split])` (None
+  where missing), a column per split and start / final, a row per method."""
+  return table_lines(
+      ["method", *(f"{w} {split}" for split in SPLITS
+                   for w in ("start", "final"))],
+      [[m, *(cell(m, by_method[m].get(w, {}).get(split)) for split in SPLITS
+             for w in ("start", "final"))] for m in by_method])
+
+
 def rescored_markdown(summary: Mapping[str, Any]) -> str:
   """`results.rescored`'s tables as Markdown: overall, then per family
   (final)."""
@@ -310,11 +320,7 @@ def rescored_markdown(summary: Mapping[str, Any]) -> str:
               "after the semicolon, the lead over that chance in points, "
               "with its standard error over the episodes for one seed "
               "(se), else ± the std over seeds.", ""]
-    lines += table_lines(
-        ["method", *(f"{w} {split}" for split in SPLITS
-                     for w in ("start", "final"))],
-        [[m, *(cell(search[m].get(w, {}).get(split)) for split in SPLITS
-               for w in ("start", "final"))] for m in search])
+    lines += _start_final_table(search, lambda m, got: cell(got))
   versus = summary.get("search_vs_baseline") or {}
   if versus:
     lines += ["", f"The final lead over chance against {base}'s, task by "
@@ -345,12 +351,7 @@ def rescored_markdown(summary: Mapping[str, Any]) -> str:
               "that take (`household.take_stats`); ± the std over the seeds "
               "whose reports have them (older ones do not), and how many "
               "of the method's where fewer.", ""]
-    lines += table_lines(
-        ["method", *(f"{w} {split}" for split in SPLITS
-                     for w in ("start", "final"))],
-        [[m, *(took(take[m].get(w, {}).get(split), n_seeds[m])
-               for split in SPLITS for w in ("start", "final"))]
-         for m in take])
+    lines += _start_final_table(take, lambda m, got: took(got, n_seeds[m]))
   for split in SPLITS:
     fams = list(dict.fromkeys(f for m in methods
                               for f in succ[m]["final"][split]))

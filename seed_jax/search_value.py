@@ -132,14 +132,9 @@ def search_table(rows: Sequence[dict]) -> str:
   """A Markdown table: one line per noise level, each expert's share of
   searches that went where the object can start (its type-blind chance in
   brackets)."""
-  by = {(r["noise"], r["expert"]): r for r in rows}
-  cell = lambda r: ("-" if r["search_usual"] is None else
-                    f"{r['search_usual']:.2f} ({r['search_usual_chance']:.2f})")
-  lines = ["| noise | peek | likely | shuffled |", "|---|---|---|---|"]
-  for noise in sorted({r["noise"] for r in rows}):
-    lines.append(f"| {noise:g} | " + " | ".join(
-        cell(by[(noise, e)]) for e in ("peek", "likely", "shuffled")) + " |")
-  return "\n".join(lines)
+  return _by_expert(rows, lambda r: (
+      "-" if r["search_usual"] is None else
+      f"{r['search_usual']:.2f} ({r['search_usual_chance']:.2f})"))
 
 
 def take_table(rows: Sequence[dict]) -> str:
@@ -147,10 +142,15 @@ def take_table(rows: Sequence[dict]) -> str:
   tasks where it took a goal object, then the share of those it won (in %;
   success is their product), to read a policy's own (`evaluate`'s
   `took_goal` and `won_after_take`) against."""
-  by = {(r["noise"], r["expert"]): r for r in rows}
-  cell = lambda r: f"{100 * r['took_goal']:.1f}; " + (
+  return _by_expert(rows, lambda r: f"{100 * r['took_goal']:.1f}; " + (
       "-" if r["won_after_take"] is None else
-      f"{100 * r['won_after_take']:.1f}")
+      f"{100 * r['won_after_take']:.1f}"))
+
+
+def _by_expert(rows: Sequence[dict], cell) -> str:
+  """A Markdown table of `cell(row)`: one line per noise level, one column
+  per expert."""
+  by = {(r["noise"], r["expert"]): r for r in rows}
   lines = ["| noise | peek | likely | shuffled |", "|---|---|---|---|"]
   for noise in sorted({r["noise"] for r in rows}):
     lines.append(f"| {noise:g} | " + " | ".join(

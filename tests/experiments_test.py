@@ -584,16 +584,22 @@ def test_evaluate_leaves_unfinished_runs_out(tmp_path, monkeypatch, capsys):
     experiments.main(["evaluate", "--out", str(out)])
 
 
-def test_a_kept_report_of_other_settings_is_named(tmp_path, monkeypatch):
-  """A report under the name of the settings asked for, made with others
-  (an older name for 0.4000001 was temp0.4), is never reused."""
-  from seed_jax import evaluate  # pylint: disable=g-import-not-at-top
+def _done_grpo_run(tmp_path, monkeypatch):
+  """`(out, workdir, scored)`: an experiment folder with one finished run,
+  grpo/seed0 of 100 updates, and faked scoring (`_fake_scoring`)."""
   out = tmp_path / "exp"
   workdir = out / "grpo" / "seed0"
   workdir.mkdir(parents=True)
   (out / runner.STATUS).write_text(json.dumps(dict(runs={"grpo/seed0": dict(
       method="grpo", seed=0, num_updates=100, state="done")})))
-  scored = _fake_scoring(monkeypatch, {("grpo", 0): 100})
+  return out, workdir, _fake_scoring(monkeypatch, {("grpo", 0): 100})
+
+
+def test_a_kept_report_of_other_settings_is_named(tmp_path, monkeypatch):
+  """A report under the name of the settings asked for, made with others
+  (an older name for 0.4000001 was temp0.4), is never reused."""
+  from seed_jax import evaluate  # pylint: disable=g-import-not-at-top
+  out, workdir, scored = _done_grpo_run(tmp_path, monkeypatch)
   path = evaluate.report_path(str(workdir), 0, num_tasks=256, seed=12345,
                               temperature=0.4) + ".json"
   os.makedirs(os.path.dirname(path))
@@ -616,12 +622,7 @@ def test_reports_without_search_counts_are_scored_again_when_asked(
   are compared task by task) and a report without search statistics
   (another game) are reused either way."""
   from seed_jax import evaluate  # pylint: disable=g-import-not-at-top
-  out = tmp_path / "exp"
-  workdir = out / "grpo" / "seed0"
-  workdir.mkdir(parents=True)
-  (out / runner.STATUS).write_text(json.dumps(dict(runs={"grpo/seed0": dict(
-      method="grpo", seed=0, num_updates=100, state="done")})))
-  scored = _fake_scoring(monkeypatch, {("grpo", 0): 100})
+  out, workdir, scored = _done_grpo_run(tmp_path, monkeypatch)
   success = {"eval/seen/success": 0.5, "eval/unseen/success": 0.5}
   household = dict(success, **{"eval/seen/search_usual": 0.4})
 
