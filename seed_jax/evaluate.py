@@ -19,12 +19,12 @@ keeps it as the KL reference, and `--step=0` scores that.
 Writes JSON (every metric, named as in the run's metrics.jsonl:
 "eval/seen/success", "eval/unseen/success/<family>", ..., on the household
 game "eval/<split>/search_usual", "search_usual_chance" and
-"search_usual_over_chance" (where the searches went), "took_goal",
-"won_after_take" and "steps_to_take" (how far the episodes got), each with
-its standard error as "<ratio>_se", under "per_task" each task's outcome as
-a string of 0s and 1s in task order, and on the household game under
-"per_task_stats" each task's counts of those statistics, for comparisons
-task by task) and CSV (split, family, success, tasks,
+"search_usual_over_chance" (where the searches went), "reached_goal_place",
+"took_after_reach", "took_goal", "won_after_take" and "steps_to_take" (how
+far the episodes got), each with its standard error as "<ratio>_se", under
+"per_task" each task's outcome as a string of 0s and 1s in task order, and
+on the household game under "per_task_stats" each task's counts of those
+statistics, for comparisons task by task) and CSV (split, family, success, tasks,
 responses_truncated: the share of replies cut at max_new_tokens), by
 default to `RUN/eval/step_<N>_tasks<K>_seed<S>_temp<T>.{json,csv}` (see
 `report_path`), so evaluations with other settings never overwrite each
@@ -158,11 +158,13 @@ def evaluate_split(policy: rollout_lib.Policy, params, *, env_name: str,
      household: "search_usual", the share of the searches in vain that went
      where the goal object can start, "search_usual_chance", that share
      for a search blind to object types, and "search_usual_over_chance", the
-     first less the second (`household.search_stats`); "took_goal", the
-     share of episodes that took a goal object, "won_after_take", the share
-     of those that won, and "steps_to_take", their mean step of that take
-     (`household.take_stats`); a ratio is left out where its denominator is
-     0),
+     first less the second (`household.search_stats`);
+     "reached_goal_place", the share of episodes that went to a place
+     holding a goal object, "took_after_reach", the share of those that
+     took one, "took_goal", the share of all that took one,
+     "won_after_take", the share of those that won, and "steps_to_take",
+     their mean step of that take (`household.take_stats`); a ratio is left
+     out where its denominator is 0),
      each with its standard error over the episodes as "<ratio>_se"
      (`episodes.ratio_errors`)}.
 

@@ -414,6 +414,15 @@ def by_task(pairs: Sequence[tuple[str, str]]) -> dict[str, Any] | None:
           "seeds": len(diffs)}
 
 
+# The household statistics `rescored` averages, {name: metric} by table;
+# each table's first is in every report that has the table's statistics.
+SEARCH_KEYS = {"usual": "search_usual", "chance": "search_usual_chance",
+               "lead": "search_usual_over_chance",
+               "lead_se": "search_usual_over_chance_se"}
+TAKE_KEYS = {"took": "took_goal", "reached": "reached_goal_place",
+             "took_after": "took_after_reach", "after": "won_after_take",
+             "steps": "steps_to_take"}
+
 # The search statistic `search_by_task` compares (`household.search_stats`).
 LEAD = "search_usual_over_chance"
 
@@ -546,9 +555,11 @@ def rescored(reports: Mapping[str, Mapping[int, Mapping[str, Mapping[
                             final reports of the seeds of "paired"}}, for
                             methods with seeds whose reports both have
                             per-task search statistics
-      "take": {method: {"start" | "final": {split: {"took" | "after" |
-              "steps": mean_std of "eval/<split>/took_goal" |
-              "won_after_take" | "steps_to_take"}}}}, each over the reports
+      "take": {method: {"start" | "final": {split: {"reached" |
+              "took_after" | "took" | "after" | "steps": mean_std of
+              "eval/<split>/reached_goal_place" | "took_after_reach" |
+              "took_goal" | "won_after_take" | "steps_to_take"}}}}, each
+              over the reports
               that have it (household evaluations since
               `household.take_stats`): how far the episodes got
 
@@ -627,24 +638,14 @@ def rescored(reports: Mapping[str, Mapping[int, Mapping[str, Mapping[
             fam: mean_std([g[prefix + suffix] for g in got
                            if prefix + suffix in g])
             for fam, suffix in [("all", "")] + [(f, "/" + f) for f in fams]}
-      search = {split: {name: mean_std(
-          [g[f"eval/{split}/{key}"] for g in got
-           if g.get(f"eval/{split}/{key}") is not None])
-          for name, key in (("usual", "search_usual"),
-                            ("chance", "search_usual_chance"),
-                            ("lead", "search_usual_over_chance"),
-                            ("lead_se", "search_usual_over_chance_se"))}
-                for split in SPLITS}
-      if any(v["usual"]["n"] for v in search.values()):
-        out["search"].setdefault(m, {})[which] = search
-      took = {split: {name: mean_std(
-          [g[f"eval/{split}/{key}"] for g in got
-           if g.get(f"eval/{split}/{key}") is not None])
-          for name, key in (("took", "took_goal"),
-                            ("after", "won_after_take"),
-                            ("steps", "steps_to_take"))} for split in SPLITS}
-      if any(v["took"]["n"] for v in took.values()):
-        out["take"].setdefault(m, {})[which] = took
+      for table, names in (("search", SEARCH_KEYS), ("take", TAKE_KEYS)):
+        got_them = {split: {name: mean_std(
+            [g[f"eval/{split}/{key}"] for g in got
+             if g.get(f"eval/{split}/{key}") is not None])
+            for name, key in names.items()} for split in SPLITS}
+        first = next(iter(names))  # the statistic every such report has
+        if any(v[first]["n"] for v in got_them.values()):
+          out[table].setdefault(m, {})[which] = got_them
     gains = [(pair["final"], pair["start"]) for pair in by_seed.values()
              if "final" in pair and "start" in pair]
     gain = {split: task_diffs(gains, split) for split in SPLITS}

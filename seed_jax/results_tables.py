@@ -337,20 +337,22 @@ def rescored_markdown(summary: Mapping[str, Any]) -> str:
     def took(got, n_seeds):
       if not got or not got["took"]["n"]:
         return "-"
-      after = pct(got["after"]) if got["after"]["n"] else "-"
+      shares = "; ".join(pct(got[k]) if got[k]["n"] else "-"
+                         for k in ("reached", "took_after", "after"))
       steps = (f" (step {got['steps']['mean']:.1f})" if got["steps"]["n"]
                else "")
       fewer = (f", {got['took']['n']} of {n_seeds} seeds"
                if got["took"]["n"] < n_seeds else "")
-      return f"{pct(got['took'])}; {after}{steps}{fewer}"
+      return f"{shares}{steps}{fewer}"
 
     lines += ["", "**How far the episodes got**: the share in percent of "
-              "episodes that took a goal object, then the share of those "
-              "that won (per seed, success is their product but for episodes "
-              "the environment failed), and in brackets the mean step of "
-              "that take (`household.take_stats`); ± the std over the seeds "
-              "whose reports have them (older ones do not), and how many "
-              "of the method's where fewer.", ""]
+              "episodes that went to a place holding a goal object, of "
+              "those the share that took one, and of those the share that "
+              "won (per seed, success is the product of the three but for "
+              "episodes the environment failed), and in brackets the mean "
+              "step of that take (`household.take_stats`); ± the std over "
+              "the seeds whose reports have them (older ones do not), and "
+              "how many of the method's where fewer.", ""]
     lines += _start_final_table(take, lambda m, got: took(got, n_seeds[m]))
   for split in SPLITS:
     fams = list(dict.fromkeys(f for m in methods

@@ -63,10 +63,12 @@ def play(expert: str, *, split: str = "eval_unseen", num_tasks: int = 1024,
     won episodes, None if none), "search_usual" and "search_usual_chance"
     (`household.search_stats` over all tasks: the share of the searches in
     vain that went where the object can start, and that of a type-blind
-    search; None without such searches), "took_goal" (the share of the
-    tasks where a goal object was taken) and "won_after_take" (the share of
-    those won; None where none was; `household.take_stats`), "outcomes"
-    (0/1 per task, in task order)}.
+    search; None without such searches), "reached_goal_place" (the share of
+    the tasks where the expert went to a place holding a goal object),
+    "took_after_reach" (the share of those where it took one), "took_goal"
+    (the share of all tasks where it took one) and "won_after_take" (the
+    share of those won; `household.take_stats`; a share of none is None),
+    "outcomes" (0/1 per task, in task order)}.
 
   Raises:
     ValueError: an unknown expert or split, num_tasks < 1, max_steps < 1,
@@ -102,6 +104,8 @@ def play(expert: str, *, split: str = "eval_unseen", num_tasks: int = 1024,
                        else None,
           "search_usual": ratios.get("search_usual"),
           "search_usual_chance": ratios.get("search_usual_chance"),
+          "reached_goal_place": ratios["reached_goal_place"],
+          "took_after_reach": ratios.get("took_after_reach"),
           "took_goal": ratios["took_goal"],
           "won_after_take": ratios.get("won_after_take"),
           "outcomes": outcomes}
@@ -139,12 +143,13 @@ def search_table(rows: Sequence[dict]) -> str:
 
 def take_table(rows: Sequence[dict]) -> str:
   """A Markdown table: one line per noise level, each expert's share of
-  tasks where it took a goal object, then the share of those it won (in %;
-  success is their product), to read a policy's own (`evaluate`'s
-  `took_goal` and `won_after_take`) against."""
-  return _by_expert(rows, lambda r: f"{100 * r['took_goal']:.1f}; " + (
-      "-" if r["won_after_take"] is None else
-      f"{100 * r['won_after_take']:.1f}"))
+  tasks where it went to a place holding a goal object, the share of those
+  where it took one, and the share of those it won (in %; success is their
+  product), to read a policy's own (`evaluate`'s `reached_goal_place`,
+  `took_after_reach` and `won_after_take`) against."""
+  share = lambda x: "-" if x is None else f"{100 * x:.1f}"
+  return _by_expert(rows, lambda r: "; ".join(share(r[k]) for k in (
+      "reached_goal_place", "took_after_reach", "won_after_take")))
 
 
 def _by_expert(rows: Sequence[dict], cell) -> str:
@@ -195,8 +200,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "take, to a place without the object) that went where the object "
         "can start, type-blind chance in brackets")
   print(search_table(rows))
-  print("\ntasks where a goal object was taken, in %; then the share of "
-        "those won")
+  print("\ntasks where the expert went to a place holding a goal object, "
+        "in %; then the share of those where it took one; then the share "
+        "of those won")
   print(take_table(rows))
   if args.out_json:
     atomic.write_text(args.out_json, json.dumps(

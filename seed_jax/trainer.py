@@ -560,8 +560,8 @@ class RLTrainer:
     `responses_truncated` is the share of replies (those left out too) cut
     at `max_new_tokens`. The environment's `episode_stats` ratios over the
     episodes join the metrics (household: `search_usual`, where the searches
-    in vain went, against chance, and `took_goal`, `won_after_take` and
-    `steps_to_take`, how far the episodes got; see
+    in vain went, against chance, and `reached_goal_place`, `took_goal`,
+    `won_after_take` and the like, how far the episodes got; see
     `evaluate.evaluate_split`).
 
     Raises:

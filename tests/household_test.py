@@ -366,19 +366,28 @@ def test_search_stats_count_valid_misses_before_the_first_take():
       "search_usual_over_chance": (0.0, 0.0)}
 
 
-def test_take_stats_split_success_into_taking_and_after():
+def test_take_stats_split_success_into_reaching_taking_and_after():
   truth = {"start_locations": {"mug 1": "cabinet 2", "mug 2": "drawer 1"}}
-  steps = [("take apple 1 from cabinet 1", True),  # not a goal object
+  steps = [("go to cabinet 1", True),               # no goal object there
+           ("take apple 1 from cabinet 1", True),  # not a goal object
+           ("go to drawer 1", False),               # invalid
+           ("go to drawer 1", True),                # where mug 2 is
            ("take mug 1 from drawer 1", False),     # invalid
            ("take mug 2 from drawer 1", True),      # the first goal take
            ("take mug 1 from cabinet 2", True)]
   assert household.take_stats(truth, steps, won=False) == {
+      "reached_goal_place": (1.0, 1.0), "took_after_reach": (1.0, 1.0),
       "took_goal": (1.0, 1.0), "won_after_take": (0.0, 1.0),
-      "steps_to_take": (3.0, 1.0)}
-  assert household.take_stats(truth, steps[:2], won=False) == {
+      "steps_to_take": (6.0, 1.0)}
+  assert household.take_stats(truth, steps[:5], won=False) == {
+      "reached_goal_place": (1.0, 1.0), "took_after_reach": (0.0, 1.0),
       "took_goal": (0.0, 1.0), "won_after_take": (0.0, 0.0),
       "steps_to_take": (0.0, 0.0)}
-  # The expert's won episodes: success is took_goal times won_after_take.
+  assert household.take_stats(truth, steps[:3], won=False) == {
+      "reached_goal_place": (0.0, 1.0), "took_after_reach": (0.0, 0.0),
+      "took_goal": (0.0, 1.0), "won_after_take": (0.0, 0.0),
+      "steps_to_take": (0.0, 0.0)}
+  # The expert's won episodes: each stage reached.
   env = household.HouseholdEnv(split="eval_unseen", max_steps=30)
   families = set()
   for seed in range(12):
@@ -394,7 +403,9 @@ def test_take_stats_split_success_into_taking_and_after():
     stats = household.take_stats(env.ground_truth(),
                                  list(zip(plan, valid)), won=won)
     first = next(i for i, a in enumerate(plan) if a.startswith("take "))
-    assert stats == {"took_goal": (1.0, 1.0), "won_after_take": (1.0, 1.0),
+    assert stats == {"reached_goal_place": (1.0, 1.0),
+                     "took_after_reach": (1.0, 1.0),
+                     "took_goal": (1.0, 1.0), "won_after_take": (1.0, 1.0),
                      "steps_to_take": (first + 1.0, 1.0)}
   assert len(families) == 6  # every family, pick_two and the lamp's too
 

@@ -697,19 +697,23 @@ def test_rescored_says_where_the_policies_searched():
 
 
 def test_rescored_says_how_far_the_episodes_got():
-  """Reports with household take shares get a table of them (took a goal
-  object; of those, won; mean step of the take); others add nothing."""
-  def took(report, took_goal, after, steps=4.0, split="unseen"):
-    report["metrics"].update({f"eval/{split}/took_goal": took_goal,
-                              f"eval/{split}/won_after_take": after,
-                              f"eval/{split}/steps_to_take": steps})
+  """Reports with household take shares get a table of them (went where a
+  goal object was; of those, took one; of those, won; mean step of the
+  take); others add nothing."""
+  def took(report, reached, took_after, after, steps=4.0, split="unseen"):
+    report["metrics"].update({
+        f"eval/{split}/reached_goal_place": reached,
+        f"eval/{split}/took_after_reach": took_after,
+        f"eval/{split}/took_goal": reached * took_after,
+        f"eval/{split}/won_after_take": after,
+        f"eval/{split}/steps_to_take": steps})
     return report
 
   reports = {
-      "grpo": {0: {"start": took(_report(0, 0.25, 0.25), 0.5, 0.5),
-                   "final": took(_report(10, 0.5, 0.25), 0.5, 0.5, 6.0)},
-               1: {"start": took(_report(0, 0.25, 0.25), 0.5, 0.5),
-                   "final": took(_report(10, 0.5, 0.5), 1.0, 0.5, 8.0)}},
+      "grpo": {0: {"start": took(_report(0, 0.25, 0.25), 1.0, 0.5, 0.5),
+                   "final": took(_report(10, 0.5, 0.25), 1.0, 0.5, 0.5, 6.0)},
+               1: {"start": took(_report(0, 0.25, 0.25), 1.0, 0.5, 0.5),
+                   "final": took(_report(10, 0.5, 0.5), 1.0, 1.0, 0.5, 8.0)}},
       "seed": {0: {"start": _report(0, 0.25, 0.0),
                    "final": _report(10, 0.75, 0.75)}},
   }
@@ -717,17 +721,22 @@ def test_rescored_says_how_far_the_episodes_got():
   assert list(out["take"]) == ["grpo"]
   final = out["take"]["grpo"]["final"]["unseen"]
   assert final["took"]["values"] == [0.5, 1.0]
+  assert final["took_after"]["values"] == [0.5, 1.0]
   assert final["after"]["mean"] == 0.5 and final["steps"]["mean"] == 7.0
   assert out["take"]["grpo"]["final"]["seen"]["took"]["n"] == 0
   text = results.rescored_markdown(out)
   assert "**How far the episodes got**" in text
-  assert ("| grpo | - | - | 50.0 ± 0.0; 50.0 ± 0.0 (step 4.0) | "
-          "75.0 ± 35.4; 50.0 ± 0.0 (step 7.0) |") in text
-  # A seed whose reports predate the statistics: the others, counted.
-  for key in ("took_goal", "won_after_take", "steps_to_take"):
+  assert ("| grpo | - | - | 100.0 ± 0.0; 50.0 ± 0.0; 50.0 ± 0.0 (step 4.0) | "
+          "100.0 ± 0.0; 75.0 ± 35.4; 50.0 ± 0.0 (step 7.0) |") in text
+  # A seed whose reports predate the statistics: the others, counted; a
+  # report from before the place was counted: no share of it.
+  for key in ("reached_goal_place", "took_after_reach", "took_goal",
+              "won_after_take", "steps_to_take"):
     del reports["grpo"][1]["final"]["metrics"][f"eval/unseen/{key}"]
+  for key in ("reached_goal_place", "took_after_reach"):
+    del reports["grpo"][0]["final"]["metrics"][f"eval/unseen/{key}"]
   text = results.rescored_markdown(results.rescored(reports))
-  assert "| 50.0; 50.0 (step 6.0), 1 of 2 seeds |" in text
+  assert "| -; -; 50.0 (step 6.0), 1 of 2 seeds |" in text
   del reports["grpo"]
   out = results.rescored(reports)
   assert out["take"] == {}

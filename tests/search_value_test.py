@@ -115,10 +115,13 @@ def test_how_far_the_experts_got():
   for r in rows:
     assert r["success"] == pytest.approx(
         100 * r["took_goal"] * r["won_after_take"])
+    assert r["took_goal"] == pytest.approx(
+        r["reached_goal_place"] * r["took_after_reach"])
   clean, noisy = rows[0], rows[3]  # peek
   assert clean["took_goal"] == clean["won_after_take"] == 1.0
   assert noisy["took_goal"] < 1.0 and noisy["won_after_take"] < 1.0
   lines = search_value.take_table(rows).splitlines()
-  cell = lambda r: (f"{100 * r['took_goal']:.1f}; "
+  cell = lambda r: (f"{100 * r['reached_goal_place']:.1f}; "
+                    f"{100 * r['took_after_reach']:.1f}; "
                     f"{100 * r['won_after_take']:.1f}")
   assert lines[3] == "| 0.7 | " + " | ".join(map(cell, rows[3:])) + " |"

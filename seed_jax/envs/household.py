@@ -471,11 +471,13 @@ def search_stats(ground_truth: dict[str, Any],
 def take_stats(ground_truth: dict[str, Any],
                steps: Sequence[tuple[str, bool]], won: bool
                ) -> dict[str, tuple[float, float]]:
-  """Whether an episode got as far as taking a goal object, and how it did
-  from there: a task is won only after a goal object is taken, so over
-  episodes with a ground truth (no environment error) success is
-  `took_goal` times `won_after_take`, which tells a policy that fails to
-  find the object from one that fails to carry the task out.
+  """How far an episode got: to a place that held a goal object, to taking
+  one, to winning. A task is won only after a goal object is taken, which
+  needs a visit to where it is, so over episodes with a ground truth (no
+  environment error) success is `reached_goal_place` times
+  `took_after_reach` times `won_after_take`: that tells a policy that does
+  not find the object from one that finds it and fails to take it, and
+  from one that fails to carry the task out.
 
   Args:
     ground_truth: the episode's `HouseholdEnv.ground_truth()`.
@@ -483,17 +485,24 @@ def take_stats(ground_truth: dict[str, Any],
     won: whether the episode was won.
 
   Returns:
-    {"took_goal": (1 if a valid "take" of a goal object came, 1),
+    {"reached_goal_place": (1 if a valid "go to" a receptacle that held a
+    goal object at the start came, 1), "took_after_reach": (took, reached),
+    "took_goal": (1 if a valid "take" of a goal object came, 1),
     "won_after_take": (won and took, took), "steps_to_take": (its step
     number, counted from 1, took)}: numerators and denominators, to be
     summed over episodes (`episodes.sum_ratios`).
   """
+  held = {f"go to {place}"
+          for place in ground_truth["start_locations"].values()}
+  reached = float(any(valid and action in held for action, valid in steps))
   goals = tuple(f"take {name} from "
                 for name in ground_truth["start_locations"])
   first = next((i for i, (action, valid) in enumerate(steps)
                 if valid and action.startswith(goals)), None)
   took = float(first is not None)
-  return {"took_goal": (took, 1.0),
+  return {"reached_goal_place": (reached, 1.0),
+          "took_after_reach": (took * reached, reached),
+          "took_goal": (took, 1.0),
           "won_after_take": (float(won and took), took),
           "steps_to_take": (float(first + 1) if took else 0.0, took)}
 
