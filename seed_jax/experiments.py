@@ -652,9 +652,8 @@ def parse_flags(argv):
                   help="also write the table as a section of this file")
   ev.add_argument("--rescore_without_counts", action="store_true",
                   help="score again the final checkpoints whose kept report "
-                  "has "
-                  "no per-task search counts (made by older code), so that "
-                  "every run is in the paired search lead")
+                  "has no per-task search counts (made by older code), so "
+                  "that every run is in the paired search lead")
   # run's --gin.NAME=VALUE and --gin NAME=VALUE, in their order.
   known, rest = parser.parse_known_args(gin_flags.in_order(argv))
   for arg in rest:

@@ -559,8 +559,7 @@ def rescored(reports: Mapping[str, Mapping[int, Mapping[str, Mapping[
               "took_after" | "took" | "after" | "steps": mean_std of
               "eval/<split>/reached_goal_place" | "took_after_reach" |
               "took_goal" | "won_after_take" | "steps_to_take"}}}}, each
-              over the reports
-              that have it (household evaluations since
+              over the reports that have it (household evaluations since
               `household.take_stats`): how far the episodes got
 
   Raises:
