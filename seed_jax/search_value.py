@@ -94,9 +94,8 @@ def play(expert: str, *, split: str = "eval_unseen", num_tasks: int = 1024,
     outcomes.append(int(reward > 0))
     if reward > 0:
       steps_won.append(env.steps)
-    stats.append({**household.search_stats(env.ground_truth(), steps),
-                  **household.take_stats(env.ground_truth(), steps,
-                                         reward > 0)})
+    stats.append(household.played_stats(env.ground_truth(), steps,
+                                        reward > 0))
   ratios = episodes.sum_ratios(stats)
   return {"expert": expert, "noise": noise,
           "success": 100.0 * sum(outcomes) / num_tasks,

@@ -507,14 +507,22 @@ def take_stats(ground_truth: dict[str, Any],
           "steps_to_take": (float(first + 1) if took else 0.0, took)}
 
 
+def played_stats(ground_truth: dict[str, Any],
+                 steps: Sequence[tuple[str, bool]], won: bool
+                 ) -> dict[str, tuple[float, float]]:
+  """`search_stats` and `take_stats` of one played episode."""
+  return {**search_stats(ground_truth, steps),
+          **take_stats(ground_truth, steps, won)}
+
+
 def episode_stats(episode: Any) -> dict[str, tuple[float, float]]:
-  """`search_stats` and `take_stats` of a rollout's `episodes.Episode` ({}
-  without its ground truth, e.g. when `ground_truth()` raised)."""
+  """`played_stats` of a rollout's `episodes.Episode` ({} without its ground
+  truth, e.g. when `ground_truth()` raised)."""
   if not episode.ground_truth:
     return {}
-  steps = [(s.action, s.action_valid) for s in episode.steps]
-  return {**search_stats(episode.ground_truth, steps),
-          **take_stats(episode.ground_truth, steps, episode.success)}
+  return played_stats(episode.ground_truth,
+                      [(s.action, s.action_valid) for s in episode.steps],
+                      episode.success)
 
 
 class ExpertPlanner:
