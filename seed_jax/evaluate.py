@@ -163,8 +163,13 @@ def evaluate_split(policy: rollout_lib.Policy, params, *, env_name: str,
      holding a goal object, "took_after_reach", the share of those that
      took one, "took_goal", the share of all that took one,
      "won_after_take", the share of those that won, and "steps_to_take",
-     their mean step of that take (`household.take_stats`); a ratio is left
-     out where its denominator is 0),
+     their mean step of that take (`household.take_stats`);
+     "look_steps", the mean steps before the first visit to such a place,
+     and "look_new_place", "look_revisit", "look_other" and
+     "look_invalid", the shares of those steps that went to a new place,
+     back to one, to another valid action or to an invalid one
+     (`household.look_stats`); a ratio is left out where its denominator
+     is 0),
      each with its standard error over the episodes as "<ratio>_se"
      (`episodes.ratio_errors`)}.
 

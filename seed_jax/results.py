@@ -422,6 +422,9 @@ SEARCH_KEYS = {"usual": "search_usual", "chance": "search_usual_chance",
 TAKE_KEYS = {"took": "took_goal", "reached": "reached_goal_place",
              "took_after": "took_after_reach", "after": "won_after_take",
              "steps": "steps_to_take"}
+LOOK_KEYS = {"steps": "look_steps", "new": "look_new_place",
+             "revisit": "look_revisit", "other": "look_other",
+             "invalid": "look_invalid"}
 
 # The search statistic `search_by_task` compares (`household.search_stats`).
 LEAD = "search_usual_over_chance"
@@ -561,6 +564,11 @@ def rescored(reports: Mapping[str, Mapping[int, Mapping[str, Mapping[
               "took_goal" | "won_after_take" | "steps_to_take"}}}}, each
               over the reports that have it (household evaluations since
               `household.take_stats`): how far the episodes got
+      "look": {method: {"start" | "final": {split: {"steps" | "new" |
+              "revisit" | "other" | "invalid": mean_std of
+              "eval/<split>/look_steps" | "look_new_place" | ...}}}}, the
+              same for `household.look_stats` (`LOOK_KEYS`): where the steps
+              before the goal place went
 
   Raises:
     ValueError: a report without a field read here (`REPORT_KEYS`, each
@@ -598,7 +606,7 @@ def rescored(reports: Mapping[str, Mapping[int, Mapping[str, Mapping[
              temperature=temperature, baseline=baseline, steps={},
              success={}, paired={}, unpaired={}, no_baseline={},
              efficiency={}, by_task={}, search={}, search_vs_baseline={},
-             take={})
+             take={}, look={})
 
   def task_diffs(pairs, split):  # (a, b) reports -> by_task where both have
     got = [(a["per_task"][split], b["per_task"][split]) for a, b in pairs
@@ -637,7 +645,8 @@ def rescored(reports: Mapping[str, Mapping[int, Mapping[str, Mapping[
             fam: mean_std([g[prefix + suffix] for g in got
                            if prefix + suffix in g])
             for fam, suffix in [("all", "")] + [(f, "/" + f) for f in fams]}
-      for table, names in (("search", SEARCH_KEYS), ("take", TAKE_KEYS)):
+      for table, names in (("search", SEARCH_KEYS), ("take", TAKE_KEYS),
+                           ("look", LOOK_KEYS)):
         got_them = {split: {name: mean_std(
             [g[f"eval/{split}/{key}"] for g in got
              if g.get(f"eval/{split}/{key}") is not None])

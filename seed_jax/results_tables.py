@@ -354,6 +354,27 @@ def rescored_markdown(summary: Mapping[str, Any]) -> str:
               "the seeds whose reports have them (older ones do not), and "
               "how many of the method's where fewer.", ""]
     lines += _start_final_table(take, lambda m, got: took(got, n_seeds[m]))
+  look = summary.get("look") or {}
+  if look:
+    def looked(got, n_seeds):
+      if not got or not got["steps"]["n"]:
+        return "-"
+      shares = "; ".join(pct(got[k]) if got[k]["n"] else "-"
+                         for k in ("new", "revisit", "other", "invalid"))
+      fewer = (f", {got['steps']['n']} of {n_seeds} seeds"
+               if got["steps"]["n"] < n_seeds else "")
+      steps = f"{got['steps']['mean']:.1f}{_spread(got['steps'], 1)}"
+      return f"{steps} steps: {shares}{fewer}"
+
+    lines += ["", "**Where the steps before the goal place went**: the mean "
+              "number of steps an episode took before its first visit to a "
+              "place holding a goal object (all its steps when none came), "
+              "then the share in percent of those steps that went to a new "
+              "place, back to a place already visited, to another valid "
+              "action, and to an invalid one (`household.look_stats`); ± "
+              "the std over the seeds whose reports have them, and how many "
+              "of the method's where fewer.", ""]
+    lines += _start_final_table(look, lambda m, got: looked(got, n_seeds[m]))
   for split in SPLITS:
     fams = list(dict.fromkeys(f for m in methods
                               for f in succ[m]["final"][split]))

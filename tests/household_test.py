@@ -410,6 +410,38 @@ def test_take_stats_split_success_into_reaching_taking_and_after():
   assert len(families) == 6  # every family, pick_two and the lamp's too
 
 
+def test_look_stats_sort_the_steps_before_the_goal_place():
+  truth = {"start_locations": {"mug 1": "cabinet 2", "mug 2": "drawer 1"}}
+  steps = [("go to cabinet 1", True),               # a new place
+           ("open cabinet 1", True),                # another valid action
+           ("go to sink 1", True),                  # a new place
+           ("go to cabinet 1", True),               # a revisit
+           ("go to drawer 9", False),               # invalid
+           ("go to drawer 1", True),                # reached: looking ends
+           ("go to cabinet 1", True)]
+  want = {"look_steps": (5.0, 1.0), "look_new_place": (2.0, 5.0),
+          "look_revisit": (1.0, 5.0), "look_other": (1.0, 5.0),
+          "look_invalid": (1.0, 5.0)}
+  assert household.look_stats(truth, steps) == want
+  # Never reached: every step was looking.
+  assert household.look_stats(truth, steps[:4])["look_steps"] == (4.0, 1.0)
+  assert household.look_stats(truth, steps[:4])["look_revisit"] == (1.0, 4.0)
+  # An invalid "go to" the goal place does not end the looking.
+  got = household.look_stats(truth, [("go to drawer 1", False)] + steps[5:])
+  assert got["look_steps"] == (1.0, 1.0)
+  assert got["look_invalid"] == (1.0, 1.0)
+  assert household.look_stats(truth, [])["look_steps"] == (0.0, 1.0)
+  # The expert goes straight to the goal place: no looking at all.
+  env = household.HouseholdEnv(split="eval_unseen", max_steps=30)
+  env.reset(3)
+  plan = household.expert_actions(env)
+  played = household.played_stats(env.ground_truth(),
+                                   [(a, True) for a in plan], won=True)
+  assert played["look_steps"] == (0.0, 1.0)
+  assert played["look_new_place"] == (0.0, 0.0)
+  assert {"search_usual", "took_goal"} <= set(played)
+
+
 def test_start_places_first_searches_only_where_the_object_can_start():
   env = household.HouseholdEnv(split="eval_unseen", max_steps=30)
   totals = [0.0, 0.0]

@@ -743,6 +743,53 @@ def test_rescored_says_how_far_the_episodes_got():
   assert "How far the episodes got" not in results.rescored_markdown(out)
 
 
+def test_rescored_tables_where_the_steps_before_the_goal_place_went():
+  """Reports with `household.look_stats` shares get a table of them: mean
+  looking steps, then the shares of new places, revisits, other valid and
+  invalid steps; reports without them add nothing."""
+  def looked(report, steps, new, revisit, other, invalid, split="seen"):
+    report["metrics"].update({
+        f"eval/{split}/look_steps": steps,
+        f"eval/{split}/look_new_place": new,
+        f"eval/{split}/look_revisit": revisit,
+        f"eval/{split}/look_other": other,
+        f"eval/{split}/look_invalid": invalid})
+    return report
+
+  reports = {
+      "grpo": {0: {"start": looked(_report(0, 0.25, 0.25),
+                                   8.0, 0.5, 0.25, 0.25, 0.0),
+                   "final": looked(_report(10, 0.5, 0.25),
+                                   12.0, 0.25, 0.5, 0.25, 0.0)},
+               1: {"start": looked(_report(0, 0.25, 0.25),
+                                   8.0, 0.5, 0.25, 0.25, 0.0),
+                   "final": looked(_report(10, 0.5, 0.5),
+                                   14.0, 0.5, 0.25, 0.0, 0.25)}},
+      "seed": {0: {"start": _report(0, 0.25, 0.0),
+                   "final": _report(10, 0.75, 0.75)}},
+  }
+  out = results.rescored(reports)
+  assert list(out["look"]) == ["grpo"]
+  final = out["look"]["grpo"]["final"]["seen"]
+  assert final["steps"]["values"] == [12.0, 14.0]
+  assert final["new"]["mean"] == 0.375 and final["invalid"]["mean"] == 0.125
+  assert out["look"]["grpo"]["final"]["unseen"]["steps"]["n"] == 0
+  text = results.rescored_markdown(out)
+  assert "**Where the steps before the goal place went**" in text
+  assert ("| grpo | 8.0 ± 0.0 steps: 50.0 ± 0.0; 25.0 ± 0.0; 25.0 ± 0.0; "
+          "0.0 ± 0.0 | 13.0 ± 1.4 steps: 37.5 ± 17.7; 37.5 ± 17.7; "
+          "12.5 ± 17.7; 12.5 ± 17.7 | - | - |") in text
+  # A seed whose final report predates the statistics: counted.
+  for key in results.LOOK_KEYS.values():
+    del reports["grpo"][1]["final"]["metrics"][f"eval/seen/{key}"]
+  text = results.rescored_markdown(results.rescored(reports))
+  assert "| 12.0 steps: 25.0; 50.0; 25.0; 0.0, 1 of 2 seeds |" in text
+  del reports["grpo"]
+  out = results.rescored(reports)
+  assert out["look"] == {}
+  assert "Where the steps before" not in results.rescored_markdown(out)
+
+
 def test_rescored_compares_the_search_lead_task_by_task():
   """Final reports with per-task search counts give each method's lead over
   chance less the baseline's, paired by task and seed, with the standard

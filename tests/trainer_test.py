@@ -691,11 +691,13 @@ def test_an_update_reports_where_its_rollouts_searched(policy):
   want = episodes.sum_ratios(household.episode_stats(e) for e in c.episodes)
   # It never takes: won_after_take and steps_to_take have no episodes (nor
   # took_after_reach unless it went where a goal object was).
+  looks = {"look_steps", "look_new_place", "look_revisit", "look_other",
+           "look_invalid"}
   assert {"search_usual", "search_usual_chance", "search_usual_over_chance",
-          "reached_goal_place", "took_goal"} <= set(want) <= {
+          "reached_goal_place", "took_goal", "look_steps"} <= set(want) <= {
               "search_usual", "search_usual_chance",
               "search_usual_over_chance", "reached_goal_place",
-              "took_after_reach", "took_goal"}
+              "took_after_reach", "took_goal", *looks}
   for name, value in want.items():
     assert c.metrics[name] == pytest.approx(value)
   assert 0 <= c.metrics["search_usual"] <= 1

@@ -507,12 +507,56 @@ def take_stats(ground_truth: dict[str, Any],
           "steps_to_take": (float(first + 1) if took else 0.0, took)}
 
 
+def look_stats(ground_truth: dict[str, Any],
+               steps: Sequence[tuple[str, bool]]
+               ) -> dict[str, tuple[float, float]]:
+  """Where an episode's steps went before it reached a goal place.
+
+  The looking steps are those before the first valid "go to" a receptacle
+  that held a goal object at the start (all the steps when none came: the
+  episodes that `take_stats` counts as not reached). Each is one of four
+  kinds: a valid "go to" a place not yet visited among them (a new place),
+  a valid "go to" one already visited (a revisit), another valid action
+  (open, examine, take something else, ...), or an invalid action. A policy
+  that reaches the goal place less often either spends fewer steps looking
+  (it reaches it sooner or the episode ends) or spends them on fewer new
+  places.
+
+  Args:
+    ground_truth: the episode's `HouseholdEnv.ground_truth()`.
+    steps: (action, valid) of each step, in order.
+
+  Returns:
+    {"look_steps": (looking steps, 1), "look_new_place" | "look_revisit" |
+    "look_other" | "look_invalid": (steps of that kind, looking steps)}:
+    numerators and denominators, to be summed over episodes
+    (`episodes.sum_ratios`); the four shares sum to 1.
+  """
+  held = {f"go to {place}"
+          for place in ground_truth["start_locations"].values()}
+  end = next((i for i, (action, valid) in enumerate(steps)
+              if valid and action in held), len(steps))
+  visited: set[str] = set()
+  kinds = dict.fromkeys(("new_place", "revisit", "other", "invalid"), 0)
+  for action, valid in steps[:end]:
+    if not valid:
+      kinds["invalid"] += 1
+    elif not action.startswith("go to "):
+      kinds["other"] += 1
+    else:
+      kinds["revisit" if action in visited else "new_place"] += 1
+      visited.add(action)
+  return {"look_steps": (float(end), 1.0),
+          **{f"look_{k}": (float(n), float(end)) for k, n in kinds.items()}}
+
+
 def played_stats(ground_truth: dict[str, Any],
                  steps: Sequence[tuple[str, bool]], won: bool
                  ) -> dict[str, tuple[float, float]]:
-  """`search_stats` and `take_stats` of one played episode."""
+  """`search_stats`, `take_stats` and `look_stats` of one played episode."""
   return {**search_stats(ground_truth, steps),
-          **take_stats(ground_truth, steps, won)}
+          **take_stats(ground_truth, steps, won),
+          **look_stats(ground_truth, steps)}
 
 
 def episode_stats(episode: Any) -> dict[str, tuple[float, float]]:
