@@ -47,6 +47,11 @@ EXPERTS = {
 }
 
 
+# `household.look_stats`'s ratios, in the order the look table prints them.
+LOOK = ("look_steps", "look_new_place", "look_revisit", "look_other",
+        "look_invalid")
+
+
 def play(expert: str, *, split: str = "eval_unseen", num_tasks: int = 1024,
          max_steps: int = 20, noise: float = 0.0) -> dict:
   """Plays the first `num_tasks` tasks of `split` with one expert.
@@ -68,7 +73,10 @@ def play(expert: str, *, split: str = "eval_unseen", num_tasks: int = 1024,
     "took_after_reach" (the share of those where it took one), "took_goal"
     (the share of all tasks where it took one) and "won_after_take" (the
     share of those won; `household.take_stats`; a share of none is None),
-    "outcomes" (0/1 per task, in task order)}.
+    "look_steps" (the mean steps before the first visit to a goal place)
+    and "look_new_place", "look_revisit", "look_other", "look_invalid"
+    (the shares of those steps of each kind; `household.look_stats`; None
+    without such steps), "outcomes" (0/1 per task, in task order)}.
 
   Raises:
     ValueError: an unknown expert or split, num_tasks < 1, max_steps < 1,
@@ -107,6 +115,7 @@ def play(expert: str, *, split: str = "eval_unseen", num_tasks: int = 1024,
           "took_after_reach": ratios.get("took_after_reach"),
           "took_goal": ratios["took_goal"],
           "won_after_take": ratios.get("won_after_take"),
+          **{k: ratios.get(k) for k in LOOK},
           "outcomes": outcomes}
 
 
@@ -149,6 +158,17 @@ def take_table(rows: Sequence[dict]) -> str:
   share = lambda x: "-" if x is None else f"{100 * x:.1f}"
   return _by_expert(rows, lambda r: "; ".join(share(r[k]) for k in (
       "reached_goal_place", "took_after_reach", "won_after_take")))
+
+
+def look_table(rows: Sequence[dict]) -> str:
+  """A Markdown table: one line per noise level, each expert's mean steps
+  before its first visit to a goal place, then the shares in % of those
+  steps that went to a new place, back to one, to another valid action and
+  to an invalid one, to read a policy's own (`evaluate`'s `look_steps`,
+  ...) against."""
+  share = lambda x: "-" if x is None else f"{100 * x:.1f}"
+  return _by_expert(rows, lambda r: f"{r['look_steps']:.1f}: " + "; ".join(
+      share(r[k]) for k in LOOK[1:]))
 
 
 def _by_expert(rows: Sequence[dict], cell) -> str:
@@ -203,6 +223,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "in %; then the share of those where it took one; then the share "
         "of those won")
   print(take_table(rows))
+  print("\nmean steps before the first visit to a place holding a goal "
+        "object; then the shares in % of those steps that went to a new "
+        "place, back to one, to another valid action, and to an invalid one")
+  print(look_table(rows))
   if args.out_json:
     atomic.write_text(args.out_json, json.dumps(
         {"split": args.split, "num_tasks": args.num_tasks,

@@ -125,3 +125,25 @@ def test_how_far_the_experts_got():
                     f"{100 * r['took_after_reach']:.1f}; "
                     f"{100 * r['won_after_take']:.1f}")
   assert lines[3] == "| 0.7 | " + " | ".join(map(cell, rows[3:])) + " |"
+
+
+def test_where_the_experts_looked():
+  """The peeking expert goes straight to the goal place; a searching one
+  looks at new places first, and noise adds revisits and other steps."""
+  rows = {(r["expert"], r["noise"]): r for r in (
+      search_value.play(e, num_tasks=64, noise=n)
+      for n in (0.0, 0.7) for e in search_value.EXPERTS)}
+  assert rows[("peek", 0.0)]["look_steps"] == 0.0
+  assert rows[("peek", 0.0)]["look_new_place"] is None
+  clean, noisy = rows[("shuffled", 0.0)], rows[("shuffled", 0.7)]
+  assert clean["look_steps"] > 1 and clean["look_revisit"] == 0.0
+  assert clean["look_new_place"] > 0.5
+  assert noisy["look_revisit"] > 0 and noisy["look_new_place"] < (
+      clean["look_new_place"])
+  for r in rows.values():
+    if r["look_new_place"] is not None:
+      assert sum(r[k] for k in search_value.LOOK[1:]) == pytest.approx(1.0)
+  lines = search_value.look_table(list(rows.values())).splitlines()
+  r = rows[("likely", 0.7)]
+  assert f"| {r['look_steps']:.1f}: {100 * r['look_new_place']:.1f}; " in (
+      lines[3])
