@@ -1,7 +1,8 @@
 r"""What knowing where to search is worth in the household game.
 
   python -m seed_jax.search_value [--split=eval_unseen] [--num_tasks=1024] \
-      [--max_steps=20] [--noise=0,0.2,0.4,0.6,0.65,0.7,0.8] [--out_json=PATH]
+      [--max_steps=20] [--noise=0,0.2,0.4,0.6,0.65,0.7,0.8] [--memory=K] \
+      [--out_json=PATH]
 
 A household task is mostly a search: the goal object starts in one of the
 receptacles of its type's usual places other than the task's target
@@ -53,7 +54,8 @@ LOOK = ("look_steps", "look_new_place", "look_revisit", "look_other",
 
 
 def play(expert: str, *, split: str = "eval_unseen", num_tasks: int = 1024,
-         max_steps: int = 20, noise: float = 0.0) -> dict:
+         max_steps: int = 20, noise: float = 0.0,
+         memory: int | None = None) -> dict:
   """Plays the first `num_tasks` tasks of `split` with one expert.
 
   Args:
@@ -62,9 +64,12 @@ def play(expert: str, *, split: str = "eval_unseen", num_tasks: int = 1024,
     num_tasks: how many tasks, from the start of the split.
     max_steps: steps before an episode is cut.
     noise: probability of a random admissible action instead of the plan.
+    memory: the searching experts (not peek, which reads hidden state)
+      remember only their last `memory` places (`household.ExpertPlanner`),
+      as a policy that sees its last few steps; None: every place.
 
   Returns:
-    {"expert", "noise", "success" (percent), "steps_won" (mean steps of the
+    {"expert", "noise", "memory", "success" (percent), "steps_won" (mean steps of the
     won episodes, None if none), "search_usual" and "search_usual_chance"
     (`household.search_stats` over all tasks: the share of the searches in
     vain that went where the object can start, and that of a type-blind
@@ -80,7 +85,7 @@ def play(expert: str, *, split: str = "eval_unseen", num_tasks: int = 1024,
 
   Raises:
     ValueError: an unknown expert or split, num_tasks < 1, max_steps < 1,
-      or a noise outside [0, 1].
+      or a noise outside [0, 1], or a memory below 1.
   """
   if expert not in EXPERTS:
     raise ValueError(f"unknown expert {expert!r}; known: {sorted(EXPERTS)}")
@@ -88,12 +93,16 @@ def play(expert: str, *, split: str = "eval_unseen", num_tasks: int = 1024,
     raise ValueError(f"num_tasks must be at least 1, got {num_tasks}")
   if not 0.0 <= noise <= 1.0:
     raise ValueError(f"noise must be in [0, 1], got {noise}")
+  if memory is not None and memory < 1:
+    raise ValueError(f"memory must be at least 1 place, got {memory}")
   env = household.HouseholdEnv(split=split, max_steps=max_steps)
   outcomes, steps_won, stats = [], [], []
   for i, seed in enumerate(envs_base.split_seeds(split, num_tasks)):
     env.reset(seed)
-    planner = household.ExpertPlanner(env, noise=noise, seed=i,
-                                      **EXPERTS[expert])
+    kwargs = dict(EXPERTS[expert])
+    if not kwargs["peek"]:
+      kwargs["memory"] = memory
+    planner = household.ExpertPlanner(env, noise=noise, seed=i, **kwargs)
     done, reward, steps = False, 0.0, []
     while not done:
       action = planner.act()
@@ -105,7 +114,7 @@ def play(expert: str, *, split: str = "eval_unseen", num_tasks: int = 1024,
     stats.append(household.played_stats(env.ground_truth(), steps,
                                         reward > 0))
   ratios = episodes.sum_ratios(stats)
-  return {"expert": expert, "noise": noise,
+  return {"expert": expert, "noise": noise, "memory": memory,
           "success": 100.0 * sum(outcomes) / num_tasks,
           "steps_won": (sum(steps_won) / len(steps_won)) if steps_won
                        else None,
@@ -202,18 +211,24 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--max_steps", type=int, default=20)
   parser.add_argument("--noise", type=_noises, default=_noises(
       "0,0.2,0.4,0.6,0.65,0.7,0.8"))
+  parser.add_argument("--memory", type=int, default=None,
+                      help="the searching experts remember only their last "
+                      "MEMORY places, as a policy whose prompt shows its "
+                      "last few steps (default: every place)")
   parser.add_argument("--out_json", default=None,
                       help="also write every row (with per-task outcomes)")
   args = parser.parse_args(argv)
   try:
     rows = [play(e, split=args.split, num_tasks=args.num_tasks,
-                 max_steps=args.max_steps, noise=n)
+                 max_steps=args.max_steps, noise=n, memory=args.memory)
             for n in args.noise for e in EXPERTS]
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
   print(f"success in % on {args.num_tasks} {args.split} tasks, at most "
-        f"{args.max_steps} steps")
+        f"{args.max_steps} steps"
+        + (f", the searching experts remembering their last {args.memory} "
+           "places" if args.memory else ""))
   print(table(rows))
   print("\nshare of the searches in vain (valid \"go to\" before the first "
         "take, to a place without the object) that went where the object "
@@ -230,7 +245,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   if args.out_json:
     atomic.write_text(args.out_json, json.dumps(
         {"split": args.split, "num_tasks": args.num_tasks,
-         "max_steps": args.max_steps, "rows": rows}, indent=1) + "\n")
+         "max_steps": args.max_steps, "memory": args.memory, "rows": rows}, indent=1) + "\n")
   return 0
 
 

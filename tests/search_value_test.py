@@ -48,6 +48,7 @@ def test_tasks_are_the_evaluations_tasks(monkeypatch):
     (dict(expert="peek", num_tasks=0), "num_tasks must be at least 1"),
     (dict(expert="peek", split="test"), "unknown split 'test'"),
     (dict(expert="peek", max_steps=0), "max_steps must be at least 1"),
+    (dict(expert="likely", memory=0), "memory must be at least 1 place"),
 ])
 def test_bad_arguments_are_named(kwargs, message):
   with pytest.raises(ValueError, match=message):
@@ -147,3 +148,20 @@ def test_where_the_experts_looked():
   r = rows[("likely", 0.7)]
   assert f"| {r['look_steps']:.1f}: {100 * r['look_new_place']:.1f}; " in (
       lines[3])
+
+
+def test_a_searcher_that_forgets_goes_round_in_circles():
+  """Remembering only its last places, a searcher with a fixed order goes
+  back to places it has already searched; one that remembers them all never
+  does, and a memory longer than the episode changes nothing."""
+  full = search_value.play("likely", num_tasks=64)
+  short = search_value.play("likely", num_tasks=64, memory=1)
+  long = search_value.play("likely", num_tasks=64, memory=100)
+  assert full["look_revisit"] == 0.0 and short["look_revisit"] > 0.3
+  assert short["reached_goal_place"] < full["reached_goal_place"] == 1.0
+  assert short["success"] < full["success"]
+  assert {k: v for k, v in long.items() if k != "memory"} == {
+      k: v for k, v in full.items() if k != "memory"}
+  # peek reads hidden state: no memory to lose.
+  assert (search_value.play("peek", num_tasks=16, memory=1)["outcomes"]
+          == search_value.play("peek", num_tasks=16)["outcomes"])

@@ -16,6 +16,7 @@ Task generation and the seen/unseen rule live in household_world.
 
 from __future__ import annotations
 
+import collections
 import random
 import re
 from typing import Any, Callable, Sequence
@@ -585,18 +586,26 @@ class ExpertPlanner:
       order of the world's receptacles instead of the likely places first
       (`start_places_first` skips the target's type, where the object never
       starts); ignored with shuffle_search.
+    memory: with peek=False, remember only the last `memory` places gone to
+      (the one it stands at included): it uses only what those showed, and
+      searches on in its order past them, as a policy whose prompt shows
+      only its last few steps can (`rollout`'s history_length); None
+      remembers every place of the episode.
   """
 
   def __init__(self, env: HouseholdEnv, *, peek: bool = True,
                noise: float = 0.0, shuffle_search: bool = False,
                seed: int = 0,
-               search_order: Callable[[hw.World], list[str]] | None = None
-               ) -> None:
+               search_order: Callable[[hw.World], list[str]] | None = None,
+               memory: int | None = None) -> None:
+    if memory is not None and memory < 1:
+      raise ValueError(f"memory must be at least 1 place, got {memory}")
     self.env = env
     self.peek = peek
     self.noise = noise
     self.shuffle_search = shuffle_search
     self.search_order = search_order
+    self.memory = memory
     self.rng = random.Random(seed)
     self._new_episode(env.world)
 
@@ -605,6 +614,8 @@ class ExpertPlanner:
     episode of its env, each from scratch."""
     self._world = world
     self.known: set[str] = set()
+    self.recent: collections.deque[str] = collections.deque(
+        maxlen=self.memory)  # the places gone to, the last one last
     self.order = None
     if self.shuffle_search and world is not None:
       self.order = list(world.receptacles)
@@ -616,10 +627,22 @@ class ExpertPlanner:
     w = self.env.world
     if w is not self._world:  # the env was reset
       self._new_episode(w)
-    if w.location is not None and w.location not in w.closed:
-      self.known.add(w.location)
+    order = self.order
+    if self.memory is None:
+      if w.location is not None and w.location not in w.closed:
+        self.known.add(w.location)
+    else:
+      if w.location is not None and (not self.recent
+                                     or self.recent[-1] != w.location):
+        self.recent.append(w.location)
+      self.known = {r for r in self.recent if r not in w.closed}
+      # Search on past the remembered places; open the one it stands at.
+      here = [w.location] if w.location in w.receptacles else []
+      order = here + sorted(
+          (r for r in order or _search_order(w) if r not in here),
+          key=lambda r: r in self.recent)
     admissible = self.env.admissible_actions
     if self.noise and self.rng.random() < self.noise and admissible:
       return self.rng.choice(admissible)
-    plan = _plan(w, None if self.peek else self.known, self.order)
+    plan = _plan(w, None if self.peek else self.known, order)
     return plan[0] if plan else self.env.no_op
