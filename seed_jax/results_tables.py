@@ -211,6 +211,18 @@ def _start_final_table(by_method, cell) -> list[str]:
              for w in ("start", "final"))] for m in by_method])
 
 
+def _shares(got: Mapping[str, Any], keys: Sequence[str]) -> str:
+  """got[key] of each key in percent, "; "-separated ("-" where no seed has
+  it)."""
+  return "; ".join(pct(got[k]) if got[k]["n"] else "-" for k in keys)
+
+
+def _fewer(stats: Mapping[str, Any], n_seeds: int) -> str:
+  """", k of N seeds" where `stats` is over fewer than the method's seeds."""
+  return (f", {stats['n']} of {n_seeds} seeds" if stats["n"] < n_seeds
+          else "")
+
+
 def rescored_markdown(summary: Mapping[str, Any]) -> str:
   """`results.rescored`'s tables as Markdown: overall, then per family
   (final)."""
@@ -337,13 +349,10 @@ def rescored_markdown(summary: Mapping[str, Any]) -> str:
     def took(got, n_seeds):
       if not got or not got["took"]["n"]:
         return "-"
-      shares = "; ".join(pct(got[k]) if got[k]["n"] else "-"
-                         for k in ("reached", "took_after", "after"))
       steps = (f" (step {got['steps']['mean']:.1f})" if got["steps"]["n"]
                else "")
-      fewer = (f", {got['took']['n']} of {n_seeds} seeds"
-               if got["took"]["n"] < n_seeds else "")
-      return f"{shares}{steps}{fewer}"
+      return (_shares(got, ("reached", "took_after", "after")) + steps
+              + _fewer(got["took"], n_seeds))
 
     lines += ["", "**How far the episodes got**: the share in percent of "
               "episodes that went to a place holding a goal object, of "
@@ -359,12 +368,10 @@ def rescored_markdown(summary: Mapping[str, Any]) -> str:
     def looked(got, n_seeds):
       if not got or not got["steps"]["n"]:
         return "-"
-      shares = "; ".join(pct(got[k]) if got[k]["n"] else "-"
-                         for k in ("new", "revisit", "other", "invalid"))
-      fewer = (f", {got['steps']['n']} of {n_seeds} seeds"
-               if got["steps"]["n"] < n_seeds else "")
       steps = f"{got['steps']['mean']:.1f}{_spread(got['steps'], 1)}"
-      return f"{steps} steps: {shares}{fewer}"
+      return (f"{steps} steps: "
+              + _shares(got, ("new", "revisit", "other", "invalid"))
+              + _fewer(got["steps"], n_seeds))
 
     lines += ["", "**Where the steps before the goal place went**: the mean "
               "number of steps an episode took before its first visit to a "
