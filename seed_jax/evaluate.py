@@ -167,9 +167,10 @@ def evaluate_split(policy: rollout_lib.Policy, params, *, env_name: str,
      "look_steps", the mean steps before the first visit to such a place,
      and "look_new_place", "look_revisit", "look_other" and
      "look_invalid", the shares of those steps that went to a new place,
-     back to one, to another valid action or to an invalid one
-     (`household.look_stats`); a ratio is left out where its denominator
-     is 0),
+     back to one, to another valid action or to an invalid one, and
+     "look_invalid_take", the share that tried to take an object where it
+     was not (`household.look_stats`); a ratio is left out where its
+     denominator is 0),
      each with its standard error over the episodes as "<ratio>_se"
      (`episodes.ratio_errors`)}.
 

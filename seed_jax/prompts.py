@@ -178,6 +178,20 @@ def build_prompt(env_name: str, task: str, history: History, observation: str,
 _PUT = re.compile(r"^put (.+?) (?:in/on|in|on) (.+)$")
 
 
+def attempted_action(text: str) -> str:
+  """The action a reply asked for, admissible or not: the text inside its
+  first <action>...</action>, lower-cased, whitespace collapsed ("" when
+  there is none). `project_action` sends it to the environment only when it
+  is admissible (and the reply has its <think> block); for an invalid step
+  it says what the policy tried."""
+  lowered = (text or "").lower()
+  # str.find, not a lazy regex: linear time even on replies full of
+  # unclosed <action> tags.
+  start = lowered.find("<action>")
+  end = lowered.find("</action>", start + 8) if start >= 0 else -1
+  return " ".join(lowered[start + 8:end].split()) if end >= 0 else ""
+
+
 def project_action(text: str, admissible: Sequence[str], *,
                    fallback: str | None = None) -> tuple[str, bool]:
   """Maps a policy reply to an environment action and a validity flag.
@@ -202,13 +216,9 @@ def project_action(text: str, admissible: Sequence[str], *,
   if fallback is None:
     fallback = admissible[0] if admissible else ""
   lowered = (text or "").lower()
-  # str.find, not a lazy regex: linear time even on replies full of
-  # unclosed <action> tags.
-  start = lowered.find("<action>")
-  end = lowered.find("</action>", start + 8) if start >= 0 else -1
-  if end < 0 or "<think>" not in lowered or "</think>" not in lowered:
+  if "<think>" not in lowered or "</think>" not in lowered:
     return fallback, False
-  action = " ".join(lowered[start + 8:end].split())
+  action = attempted_action(lowered)
   if not action or len(action) > MAX_ACTION_CHARS:
     return fallback, False
   if not admissible or action in admissible:

@@ -424,7 +424,7 @@ TAKE_KEYS = {"took": "took_goal", "reached": "reached_goal_place",
              "steps": "steps_to_take"}
 LOOK_KEYS = {"steps": "look_steps", "new": "look_new_place",
              "revisit": "look_revisit", "other": "look_other",
-             "invalid": "look_invalid"}
+             "invalid": "look_invalid", "invalid_take": "look_invalid_take"}
 
 # The search statistic `search_by_task` compares (`household.search_stats`).
 LEAD = "search_usual_over_chance"

@@ -369,8 +369,10 @@ def rescored_markdown(summary: Mapping[str, Any]) -> str:
       if not got or not got["steps"]["n"]:
         return "-"
       steps = f"{got['steps']['mean']:.1f}{_spread(got['steps'], 1)}"
+      takes = got.get("invalid_take")
+      takes = f" (takes {pct(takes)})" if takes and takes["n"] else ""
       return (f"{steps} steps: "
-              + _shares(got, ("new", "revisit", "other", "invalid"))
+              + _shares(got, ("new", "revisit", "other", "invalid")) + takes
               + _fewer(got["steps"], n_seeds))
 
     lines += ["", "**Where the steps before the goal place went**: the mean "
@@ -378,7 +380,9 @@ def rescored_markdown(summary: Mapping[str, Any]) -> str:
               "place holding a goal object (all its steps when none came), "
               "then the share in percent of those steps that went to a new "
               "place, back to a place already visited, to another valid "
-              "action, and to an invalid one (`household.look_stats`); ± "
+              "action, and to an invalid one (in brackets, the share that "
+              "tried to take an object where it was not; "
+              "`household.look_stats`); ± "
               "the std over the seeds whose reports have them, and how many "
               "of the method's where fewer.", ""]
     lines += _start_final_table(look, lambda m, got: looked(got, n_seeds[m]))

@@ -1,11 +1,13 @@
 """Tests for the ALFWorld-style household environment and its expert."""
 
+import dataclasses
 import itertools
 import re
 
 import pytest
 
 from seed_jax import envs
+from seed_jax import episodes
 from seed_jax.envs import household
 from seed_jax.envs import household_world as hw
 
@@ -421,8 +423,12 @@ def test_look_stats_sort_the_steps_before_the_goal_place():
            ("go to cabinet 1", True)]
   want = {"look_steps": (5.0, 1.0), "look_new_place": (2.0, 5.0),
           "look_revisit": (1.0, 5.0), "look_other": (1.0, 5.0),
-          "look_invalid": (1.0, 5.0)}
+          "look_invalid": (1.0, 5.0), "look_invalid_take": (0.0, 5.0)}
   assert household.look_stats(truth, steps) == want
+  # An invalid step that tried a take is one of the invalid takes.
+  tried = steps[:4] + [("take mug 1 from cabinet 1", False)] + steps[5:]
+  assert household.look_stats(truth, tried) == {
+      **want, "look_invalid_take": (1.0, 5.0)}
   # Never reached: every step was looking.
   assert household.look_stats(truth, steps[:4])["look_steps"] == (4.0, 1.0)
   assert household.look_stats(truth, steps[:4])["look_revisit"] == (1.0, 4.0)
@@ -440,6 +446,35 @@ def test_look_stats_sort_the_steps_before_the_goal_place():
   assert played["look_steps"] == (0.0, 1.0)
   assert played["look_new_place"] == (0.0, 0.0)
   assert {"search_usual", "took_goal"} <= set(played)
+
+
+def test_episode_stats_count_what_an_invalid_reply_tried():
+  """The environment gets a no-op for an invalid reply; the statistics
+  count the action the reply asked for."""
+  truth = {"object_type": "mug", "target_type": "coffeemachine",
+           "start_locations": {"mug 1": "cabinet 2"},
+           "layout": "kitchen:cabinet=2,coffeemachine=1,drawer=1,fridge=1"}
+  step = lambda response, action, valid: episodes.Step(
+      observation="", prompt="", response=response, action=action,
+      action_valid=valid)
+  episode = episodes.Episode(
+      env_name="household", task="put a mug in coffeemachine",
+      family="pick", seed=0, steps=[
+          step("<think>x</think><action>go to cabinet 1</action>",
+               "go to cabinet 1", True),
+          step("<think>x</think><action>Take  mug 1 from cabinet 1</action>",
+               "look", False),
+          step("no tags at all", "look", False),
+          step("<think>x</think><action>go to cabinet 2</action>",
+               "go to cabinet 2", True)],
+      success=False, ground_truth=truth)
+  stats = household.episode_stats(episode)
+  assert stats["look_steps"] == (3.0, 1.0)
+  assert stats["look_invalid"] == (2.0, 3.0)
+  assert stats["look_invalid_take"] == (1.0, 3.0)
+  assert stats["reached_goal_place"] == (1.0, 1.0)
+  assert household.episode_stats(
+      dataclasses.replace(episode, ground_truth={})) == {}
 
 
 def test_start_places_first_searches_only_where_the_object_can_start():

@@ -167,3 +167,17 @@ def test_twx_prompt_names_its_game_and_keeps_the_task_punctuation():
   assert household.splitlines()[:2] == [
       "You are an expert agent operating in the ALFRED Embodied Environment.",
       "Your task is to: put a mug in desk."]
+
+
+def test_attempted_action_is_what_the_reply_asked_for():
+  assert prompts.attempted_action(
+      "<think>x</think><action> Take  MUG 1 from desk 1 </action>") == (
+          "take mug 1 from desk 1")
+  # Without a <think> block the reply is invalid, yet it tried the action.
+  assert prompts.attempted_action("<action>go to desk 1</action>") == (
+      "go to desk 1")
+  assert prompts.project_action("<action>go to desk 1</action>",
+                                ["look", "go to desk 1"]) == ("look", False)
+  for reply in ("", None, "go to desk 1", "<action>go to desk 1",
+                "<action></action>"):
+    assert prompts.attempted_action(reply) == ""

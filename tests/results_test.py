@@ -754,6 +754,8 @@ def test_rescored_tables_where_the_steps_before_the_goal_place_went():
         f"eval/{split}/look_revisit": revisit,
         f"eval/{split}/look_other": other,
         f"eval/{split}/look_invalid": invalid})
+    if invalid:  # reports before the attempted takes were counted lack it
+      report["metrics"][f"eval/{split}/look_invalid_take"] = invalid / 2
     return report
 
   reports = {
@@ -778,7 +780,7 @@ def test_rescored_tables_where_the_steps_before_the_goal_place_went():
   assert "**Where the steps before the goal place went**" in text
   assert ("| grpo | 8.0 ± 0.0 steps: 50.0 ± 0.0; 25.0 ± 0.0; 25.0 ± 0.0; "
           "0.0 ± 0.0 | 13.0 ± 1.4 steps: 37.5 ± 17.7; 37.5 ± 17.7; "
-          "12.5 ± 17.7; 12.5 ± 17.7 | - | - |") in text
+          "12.5 ± 17.7; 12.5 ± 17.7 (takes 12.5) | - | - |") in text
   # A seed whose final report predates the statistics: counted.
   for key in results.LOOK_KEYS.values():
     del reports["grpo"][1]["final"]["metrics"][f"eval/seen/{key}"]

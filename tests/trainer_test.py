@@ -692,7 +692,7 @@ def test_an_update_reports_where_its_rollouts_searched(policy):
   # It never takes: won_after_take and steps_to_take have no episodes (nor
   # took_after_reach unless it went where a goal object was).
   looks = {"look_steps", "look_new_place", "look_revisit", "look_other",
-           "look_invalid"}
+           "look_invalid", "look_invalid_take"}
   assert {"search_usual", "search_usual_chance", "search_usual_over_chance",
           "reached_goal_place", "took_goal", "look_steps"} <= set(want) <= {
               "search_usual", "search_usual_chance",

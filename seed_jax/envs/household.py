@@ -21,6 +21,7 @@ import random
 import re
 from typing import Any, Callable, Sequence
 
+from seed_jax import prompts
 from seed_jax.envs import base
 from seed_jax.envs import household_world as hw
 
@@ -518,30 +519,35 @@ def look_stats(ground_truth: dict[str, Any],
   episodes that `take_stats` counts as not reached). Each is one of four
   kinds: a valid "go to" a place not yet visited among them (a new place),
   a valid "go to" one already visited (a revisit), another valid action
-  (open, examine, take something else, ...), or an invalid action. A policy
-  that reaches the goal place less often either spends fewer steps looking
-  (it reaches it sooner or the episode ends) or spends them on fewer new
-  places.
+  (open, examine, take something else, ...), or an invalid action; of the
+  invalid ones, those that tried a "take" (of an object that is not there).
+  A policy that reaches the goal place less often either spends fewer steps
+  looking (it reaches it sooner or the episode ends) or spends them on fewer
+  new places.
 
   Args:
     ground_truth: the episode's `HouseholdEnv.ground_truth()`.
-    steps: (action, valid) of each step, in order.
+    steps: (action, valid) of each step, in order; for an invalid step, the
+      action the policy tried where known (`prompts.attempted_action`).
 
   Returns:
     {"look_steps": (looking steps, 1), "look_new_place" | "look_revisit" |
-    "look_other" | "look_invalid": (steps of that kind, looking steps)}:
-    numerators and denominators, to be summed over episodes
-    (`episodes.sum_ratios`); the four shares sum to 1.
+    "look_other" | "look_invalid" | "look_invalid_take": (steps of that
+    kind, looking steps)}: numerators and denominators, to be summed over
+    episodes (`episodes.sum_ratios`); the first four shares sum to 1, and
+    the invalid takes are part of the invalid steps.
   """
   held = {f"go to {place}"
           for place in ground_truth["start_locations"].values()}
   end = next((i for i, (action, valid) in enumerate(steps)
               if valid and action in held), len(steps))
   visited: set[str] = set()
-  kinds = dict.fromkeys(("new_place", "revisit", "other", "invalid"), 0)
+  kinds = dict.fromkeys(("new_place", "revisit", "other", "invalid",
+                         "invalid_take"), 0)
   for action, valid in steps[:end]:
     if not valid:
       kinds["invalid"] += 1
+      kinds["invalid_take"] += action.startswith("take ")
     elif not action.startswith("go to "):
       kinds["other"] += 1
     else:
@@ -562,12 +568,16 @@ def played_stats(ground_truth: dict[str, Any],
 
 def episode_stats(episode: Any) -> dict[str, tuple[float, float]]:
   """`played_stats` of a rollout's `episodes.Episode` ({} without its ground
-  truth, e.g. when `ground_truth()` raised)."""
+  truth, e.g. when `ground_truth()` raised); an invalid step counts as the
+  action its reply tried (`prompts.attempted_action`), not the no-op sent."""
   if not episode.ground_truth:
     return {}
-  return played_stats(episode.ground_truth,
-                      [(s.action, s.action_valid) for s in episode.steps],
-                      episode.success)
+  return played_stats(
+      episode.ground_truth,
+      [(s.action, True) if s.action_valid
+       else (prompts.attempted_action(s.response), False)
+       for s in episode.steps],
+      episode.success)
 
 
 class ExpertPlanner:
