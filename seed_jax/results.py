@@ -565,7 +565,7 @@ def rescored(reports: Mapping[str, Mapping[int, Mapping[str, Mapping[
               over the reports that have it (household evaluations since
               `household.take_stats`): how far the episodes got
       "look": {method: {"start" | "final": {split: {"steps" | "new" |
-              "revisit" | "other" | "invalid": mean_std of
+              "revisit" | "other" | "invalid" | "invalid_take": mean_std of
               "eval/<split>/look_steps" | "look_new_place" | ...}}}}, the
               same for `household.look_stats` (`LOOK_KEYS`): where the steps
               before the goal place went

@@ -69,9 +69,9 @@ def play(expert: str, *, split: str = "eval_unseen", num_tasks: int = 1024,
       as a policy that sees its last few steps; None: every place.
 
   Returns:
-    {"expert", "noise", "memory", "success" (percent), "steps_won" (mean steps of the
-    won episodes, None if none), "search_usual" and "search_usual_chance"
-    (`household.search_stats` over all tasks: the share of the searches in
+    {"expert", "noise", "memory", "success" (percent), "steps_won" (mean
+    steps of the won episodes, None if none), "search_usual" and
+    "search_usual_chance" (`household.search_stats` over all tasks: the share of the searches in
     vain that went where the object can start, and that of a type-blind
     search; None without such searches), "reached_goal_place" (the share of
     the tasks where the expert went to a place holding a goal object),
@@ -245,7 +245,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   if args.out_json:
     atomic.write_text(args.out_json, json.dumps(
         {"split": args.split, "num_tasks": args.num_tasks,
-         "max_steps": args.max_steps, "memory": args.memory, "rows": rows}, indent=1) + "\n")
+         "max_steps": args.max_steps, "memory": args.memory,
+         "rows": rows}, indent=1) + "\n")
   return 0
 
 

@@ -470,6 +470,16 @@ def search_stats(ground_truth: dict[str, Any],
           "search_usual_over_chance": (hits - chance * misses, float(misses))}
 
 
+def _reach_index(ground_truth: dict[str, Any],
+                 steps: Sequence[tuple[str, bool]]) -> int:
+  """Index of the first valid "go to" a receptacle that held a goal object
+  at the start (len(steps) when none came)."""
+  held = {f"go to {place}"
+          for place in ground_truth["start_locations"].values()}
+  return next((i for i, (action, valid) in enumerate(steps)
+               if valid and action in held), len(steps))
+
+
 def take_stats(ground_truth: dict[str, Any],
                steps: Sequence[tuple[str, bool]], won: bool
                ) -> dict[str, tuple[float, float]]:
@@ -494,9 +504,7 @@ def take_stats(ground_truth: dict[str, Any],
     number, counted from 1, took)}: numerators and denominators, to be
     summed over episodes (`episodes.sum_ratios`).
   """
-  held = {f"go to {place}"
-          for place in ground_truth["start_locations"].values()}
-  reached = float(any(valid and action in held for action, valid in steps))
+  reached = float(_reach_index(ground_truth, steps) < len(steps))
   goals = tuple(f"take {name} from "
                 for name in ground_truth["start_locations"])
   first = next((i for i, (action, valid) in enumerate(steps)
@@ -537,10 +545,7 @@ def look_stats(ground_truth: dict[str, Any],
     episodes (`episodes.sum_ratios`); the first four shares sum to 1, and
     the invalid takes are part of the invalid steps.
   """
-  held = {f"go to {place}"
-          for place in ground_truth["start_locations"].values()}
-  end = next((i for i, (action, valid) in enumerate(steps)
-              if valid and action in held), len(steps))
+  end = _reach_index(ground_truth, steps)
   visited: set[str] = set()
   kinds = dict.fromkeys(("new_place", "revisit", "other", "invalid",
                          "invalid_take"), 0)
