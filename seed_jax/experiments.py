@@ -64,8 +64,9 @@ differences task by task (final − start, final − the baseline's final),
 with their standard error over the tasks; on the household game, reports
 that list each task's search counts (`per_task_stats`) also compare the
 final lead of the searches over chance with the baseline's, task by task
-(`--rescore_without_counts` scores again the final checkpoints whose
-household report was made before it recorded the counts):
+(`--rescore_without_counts` scores again the start and final checkpoints
+whose household report was made before evaluation recorded the counts or
+one of the statistics the tables read):
 
   python -m seed_jax.experiments evaluate --out=runs/evidence \
       --num_tasks=256 --md=docs/results.md
@@ -325,11 +326,12 @@ def rescore(out: str, *, num_tasks: int = 256, seed: int = 12345,
       `train.train.keep_every`.
     md: also write the table as a section of this Markdown file.
     command: the command line, recorded with the table.
-    without_counts: score again the final checkpoints whose kept report
-      has search statistics but not each task's search counts (made before
-      reports recorded them), replacing the report; otherwise such reports
+    without_counts: score again the start and final checkpoints whose kept
+      household report lacks what evaluation records now (`_lacks`: a
+      final's per-task search counts, a statistic of `results.STATISTICS`;
+      made by older code), replacing the report; otherwise such reports
       are used as they are, and their runs are left out of the paired
-      search lead.
+      search lead or of the missing statistics' tables.
 
   Returns:
     `results.rescored` of the reports, plus "left_out": {run: why} for the
@@ -384,18 +386,19 @@ def rescore(out: str, *, num_tasks: int = 256, seed: int = 12345,
         path = evaluate.report_path(
             workdir, step, num_tasks=num_tasks, seed=seed,
             temperature=temperature) + ".json"
-        # Only the finals feed the paired search lead.
-        again = (which == "final" and os.path.exists(path)
-                 and _lacks_counts(path))
-        if again and not without_counts:
+        report = _read_report(path) if os.path.exists(path) else None
+        # Only the start and the final feed the search, take and look tables.
+        lacks = (_lacks(report, final=which == "final")
+                 if report and isinstance(which, str) else "")
+        if lacks and not without_counts:
           countless.add(path)
-        if not os.path.exists(path) or (again and without_counts):
+        if report is None or (lacks and without_counts):
           label = (which if isinstance(which, str)
                    else f"{100 * which:g}% of {planned}")
           print(f"{m}/seed{s}: scoring update {step} ({label}) on "
                 f"{num_tasks} tasks per split"
-                + (", again: its report has no per-task search counts"
-                   if again else ""), flush=True)
+                + (f", again: its report has no {lacks}" if lacks else ""),
+                flush=True)
           try:
             evaluate.main(["--workdir", workdir, "--step", str(step),
                            "--num_tasks", str(num_tasks), "--seed", str(seed),
@@ -409,7 +412,7 @@ def rescore(out: str, *, num_tasks: int = 256, seed: int = 12345,
                   flush=True)
             reports[m].pop(s)
             break
-        report = _read_report(path)
+          report = _read_report(path)
         asked = dict(step=step, num_tasks=num_tasks, seed=seed,
                      temperature=temperature)
         differ = {k: report[k] for k, v in asked.items() if report[k] != v}
@@ -424,11 +427,11 @@ def rescore(out: str, *, num_tasks: int = 256, seed: int = 12345,
     if m in reports and not reports[m]:
       reports.pop(m)
   if countless:
-    print(f"{len(countless)} final report(s) have search statistics but no "
-          "per-task search counts (made before reports recorded them), so "
-          "their runs are left out of the paired search lead; "
-          "--rescore_without_counts scores those checkpoints again",
-          flush=True)
+    print(f"{len(countless)} report(s) of household runs lack per-task "
+          "search counts or statistics that evaluation records now (made "
+          "by older code), so their runs are left out of the paired search "
+          "lead or of those statistics' tables; --rescore_without_counts "
+          "scores those checkpoints again", flush=True)
   if not reports:
     raise FileNotFoundError(f"no finished OUT/<method>/seed<S> run under "
                             f"{out} has a checkpoint that could be scored; "
@@ -450,18 +453,25 @@ def rescore(out: str, *, num_tasks: int = 256, seed: int = 12345,
   return summary
 
 
-def _lacks_counts(path: str) -> bool:
-  """Whether the report at `path` has search statistics (household) but not
-  each task's search counts; one that does not parse is `_read_report`'s
-  to name, so False."""
-  try:
-    with open(path) as f:
-      report = json.load(f)
-    metrics = report.get("metrics", {})
-    return "per_task_stats" not in report and any(
-        k.endswith("/search_usual") for k in metrics)
-  except (ValueError, AttributeError, TypeError):
-    return False
+def _lacks(report: Mapping[str, Any], *, final: bool) -> str:
+  """What a household report (one with search statistics) lacks of what
+  evaluation records now, "" when nothing or another game's: "per-task
+  search counts" (only a final's: the paired search lead reads them) and
+  the `results.STATISTICS` it has no record of, in its "per_task_stats"
+  when it has them, else in its metrics."""
+  metrics = report.get("metrics", {})
+  splits = sorted({k.split("/")[1] for k in metrics
+                   if k.endswith("/search_usual")})
+  if not splits:
+    return ""
+  counts = report.get("per_task_stats")
+  missing = sorted({name for split in splits for name in results.STATISTICS
+                    if (name not in counts.get(split, {}) if counts
+                        else f"eval/{split}/{name}" not in metrics)},
+                   key=results.STATISTICS.index)
+  return " and ".join(
+      ([] if counts or not final else ["per-task search counts"])
+      + ([", ".join(missing)] if missing else []))
 
 
 def _read_report(path: str) -> dict[str, Any]:
@@ -651,9 +661,10 @@ def parse_flags(argv):
   ev.add_argument("--md", default=None,
                   help="also write the table as a section of this file")
   ev.add_argument("--rescore_without_counts", action="store_true",
-                  help="score again the final checkpoints whose kept report "
-                  "has no per-task search counts (made by older code), so "
-                  "that every run is in the paired search lead")
+                  help="score again the start and final checkpoints whose "
+                  "kept household report lacks the per-task search counts "
+                  "or a statistic evaluation records now (made by older "
+                  "code), so that every run is in every table")
   # run's --gin.NAME=VALUE and --gin NAME=VALUE, in their order.
   known, rest = parser.parse_known_args(gin_flags.in_order(argv))
   for arg in rest:

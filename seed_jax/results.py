@@ -426,6 +426,11 @@ LOOK_KEYS = {"steps": "look_steps", "new": "look_new_place",
              "revisit": "look_revisit", "other": "look_other",
              "invalid": "look_invalid", "invalid_take": "look_invalid_take"}
 
+# The per-episode statistics those tables read, as a household report's
+# "per_task_stats" names them (the "_se" errors are the report's own).
+STATISTICS = tuple(key for keys in (SEARCH_KEYS, TAKE_KEYS, LOOK_KEYS)
+                   for key in keys.values() if not key.endswith("_se"))
+
 # The search statistic `search_by_task` compares (`household.search_stats`).
 LEAD = "search_usual_over_chance"
 

@@ -11,7 +11,9 @@ import time
 
 import pytest
 
+from seed_jax import episodes
 from seed_jax import experiments
+from seed_jax import results
 from seed_jax import runner
 from seed_jax import same_run
 
@@ -616,39 +618,63 @@ def test_a_kept_report_of_other_settings_is_named(tmp_path, monkeypatch):
 
 def test_reports_without_search_counts_are_scored_again_when_asked(
     tmp_path, monkeypatch, capsys):
-  """A final household report made before the per-task search counts were
-  recorded is reused and named; with --rescore_without_counts its
-  checkpoint is scored again. A start report without them (only the finals
-  are compared task by task) and a report without search statistics
-  (another game) are reused either way."""
+  """A household report made by older code is reused and named; with
+  --rescore_without_counts its checkpoint is scored again: a final without
+  per-task search counts, a start or final without a statistic the tables
+  read. A start without per-task counts (only the finals are compared task
+  by task) and a report without search statistics (another game) are reused
+  either way."""
   from seed_jax import evaluate  # pylint: disable=g-import-not-at-top
   out, workdir, scored = _done_grpo_run(tmp_path, monkeypatch)
   success = {"eval/seen/success": 0.5, "eval/unseen/success": 0.5}
-  household = dict(success, **{"eval/seen/search_usual": 0.4})
+  every = {n: (1, 2) for n in results.STATISTICS}
+  household = dict(success, **{f"eval/seen/{n}": 0.5
+                               for n in results.STATISTICS})
 
-  def write(step, metrics):
+  def write(step, metrics, **fields):
     path = evaluate.report_path(str(workdir), step, num_tasks=256,
                                 seed=12345, temperature=0.4) + ".json"
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:
       json.dump(dict(step=step, num_tasks=256, seed=12345, temperature=0.4,
-                     metrics=metrics), f)
+                     metrics=metrics, **fields), f)
 
   write(0, household)
   write(100, success)
   argv = ["evaluate", "--out", str(out)]
   assert experiments.main(argv + ["--rescore_without_counts"]) == 0
   assert scored == []
-  assert "report(s) have" not in capsys.readouterr().out
+  assert "report(s) of household" not in capsys.readouterr().out
   write(100, household)
   assert experiments.main(argv) == 0
   assert scored == []
-  assert ("1 final report(s) have search statistics but no per-task search "
-          "counts" in capsys.readouterr().out)
+  assert ("1 report(s) of household runs lack per-task search counts or "
+          "statistics" in capsys.readouterr().out)
   assert experiments.main(argv + ["--rescore_without_counts"]) == 0
   assert scored == [(str(workdir), 100)]
   assert ("scoring update 100 (final) on 256 tasks per split, again: its "
-          "report has no per-task search counts" in capsys.readouterr().out)
+          "report has no per-task search counts\n" in capsys.readouterr().out)
+  # Counts for every task, but older ones: without look_invalid_take.
+  older = {n: v for n, v in every.items() if n != "look_invalid_take"}
+  write(100, household, per_task_stats={
+      "seen": episodes.stats_text([older])})
+  scored.clear()
+  assert experiments.main(argv) == 0
+  assert scored == []
+  assert experiments.main(argv + ["--rescore_without_counts"]) == 0
+  assert scored == [(str(workdir), 100)]
+  assert ("update 100 (final) on 256 tasks per split, again: its report has "
+          "no look_invalid_take\n" in capsys.readouterr().out)
+  # A start without those statistics in its metrics, a final with them all.
+  write(100, household, per_task_stats={
+      "seen": episodes.stats_text([every])})
+  write(0, {k: v for k, v in household.items() if "look" not in k})
+  scored.clear()
+  assert experiments.main(argv + ["--rescore_without_counts"]) == 0
+  assert scored == [(str(workdir), 0)]
+  assert ("update 0 (start) on 256 tasks per split, again: its report has no "
+          "look_steps, look_new_place, look_revisit, look_other, "
+          "look_invalid, look_invalid_take\n" in capsys.readouterr().out)
 
 
 def _one_grpo_run(tmp_path, monkeypatch=None):
