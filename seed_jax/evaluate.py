@@ -30,6 +30,12 @@ default to `RUN/eval/step_<N>_tasks<K>_seed<S>_temp<T>.{json,csv}` (see
 `report_path`), so evaluations with other settings never overwrite each
 other. Each file is written whole or not at all, and the JSON, the file
 readers trust, always matches the CSV beside it (see `write_report`).
+
+Each report records the `fingerprint` of what it depends on (params, model,
+tokenizer, rollout knobs, settings). With `--same_as=OTHER.json`, another
+run's report, an evaluation whose fingerprint is that report's copies it
+instead of playing the episodes again: the start of runs that share a warm
+start, say (`python -m seed_jax.experiments evaluate` does this).
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ import argparse
 import collections
 import csv
 import dataclasses
+import hashlib
 import inspect
 import io
 import json
@@ -317,6 +324,52 @@ def restore_params(workdir: epath.PathLike, rl_trainer, step: int):
       restored.reference if from_reference else restored.state.params)
 
 
+# RLConfig fields only training reads: two runs that differ in nothing but
+# these score the same params alike. Any other field (max_new_tokens,
+# prompt_buckets, ...) is part of an evaluation's `fingerprint`.
+TRAINING_ONLY = frozenset({
+    "variant", "analyzer", "rule_detail", "num_groups", "group_size",
+    "analysis_max_new_tokens", "analysis_mode", "analysis_max_chars",
+    "analysis_max_prompt_tokens", "max_critical_steps", "mini_batch_size",
+    "micro_batches", "ppo_epochs", "adv_norm", "adv_stats_over",
+    "invalid_penalty", "opid_weight", "step_advantage_weight", "step_gamma",
+    "opd_coef", "opd_beta", "kl_coef", "entropy_coef", "clip_low",
+    "clip_high", "dual_clip", "remat"})
+
+
+def fingerprint(config, tokenizer, params, rl: trainer_lib.RLConfig,
+                **settings) -> str:
+  """A SHA-256 of everything an evaluation's report depends on.
+
+  Two evaluations with the same fingerprint play the same episodes with
+  the same sampling keys, so one report serves both (the start of two runs
+  that share a warm start, say).
+
+  Args:
+    config: the model config.
+    tokenizer: a transformers tokenizer (its serialized vocabulary and
+      rules, and its chat template, count; not the folder it came from).
+    params: the scored params (their names, shapes, dtypes and values).
+    rl: the run's RL config; the fields of `TRAINING_ONLY` do not count.
+    **settings: the evaluation's (step, env_name, env_kwargs, num_tasks,
+      temperature, max_steps, history_length, seed), JSON-able.
+  """
+  h = hashlib.sha256()
+  backend = getattr(tokenizer, "backend_tokenizer", None)
+  rollout = {f.name: getattr(rl, f.name) for f in dataclasses.fields(rl)
+             if f.name not in TRAINING_ONLY}
+  h.update(json.dumps(dict(
+      config=repr(config), rollout=rollout, settings=settings,
+      tokenizer=backend.to_str() if backend is not None else repr(tokenizer),
+      chat_template=getattr(tokenizer, "chat_template", None)),
+      sort_keys=True, default=repr).encode())
+  for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
+    a = np.ascontiguousarray(jax.device_get(leaf))
+    h.update(f"{jax.tree_util.keystr(path)} {a.dtype} {a.shape}".encode())
+    h.update(a.tobytes())
+  return h.hexdigest()
+
+
 def evaluate_run(workdir: epath.PathLike, *,
                  policy_fn: Callable[..., Any] | None,
                  rl: trainer_lib.RLConfig,
@@ -327,7 +380,8 @@ def evaluate_run(workdir: epath.PathLike, *,
                  num_tasks: int = 64, temperature: float = 0.4,
                  max_steps: int | None = None,
                  history_length: int | None = None,
-                 seed: int = 0) -> dict[str, Any]:
+                 seed: int = 0,
+                 same_as: dict[str, Any] | None = None) -> dict[str, Any]:
   """Restores a run's checkpoint and scores it on the evaluation splits.
 
   Args:
@@ -345,13 +399,17 @@ def evaluate_run(workdir: epath.PathLike, *,
     max_steps, history_length: episode length and history turns in the
       prompt; None for the run's.
     seed: seeds the sampling keys (with the update, as the trainer does).
+    same_as: another run's report; when it has this evaluation's
+      `fingerprint`, it is returned for this run (its "workdir" this one's,
+      "copied_from" its own) instead of scoring again.
 
   Returns:
     {"workdir", "step", "env_name", "num_tasks", "temperature", "max_steps",
-     "history_length", "seed", "metrics": the `score` dict, "per_task":
-     {"seen": "0110...", "unseen": ...}, each task's outcome in task order,
-     and, for an environment with episode statistics, "per_task_stats":
-     {"seen": `episodes.stats_text` of each task's, "unseen": ...}}.
+     "history_length", "seed", "fingerprint" (`fingerprint`), "metrics":
+     the `score` dict, "per_task": {"seen": "0110...", "unseen": ...}, each
+     task's outcome in task order, and, for an environment with episode
+     statistics, "per_task_stats": {"seen": `episodes.stats_text` of each
+     task's, "unseen": ...}}.
 
   Raises:
     FileNotFoundError: no workdir, no checkpoint; ValueError: a step that
@@ -374,13 +432,22 @@ def evaluate_run(workdir: epath.PathLike, *,
       history_length=int(rl.history_length if history_length is None
                          else history_length),
       seed=int(seed))
+  digest = fingerprint(config, tokenizer, params, rl, step=step,
+                       env_kwargs=dict(env_kwargs or {}), **settings)
+  if same_as is not None and same_as.get("fingerprint") == digest:
+    logging.info("update %d of %s is scored as %s's was (the same params "
+                 "and settings): its report is copied", step, workdir,
+                 same_as.get("workdir"))
+    return dict(same_as, workdir=os.fspath(workdir),
+                copied_from=same_as.get("workdir"))
   rng = jax.random.fold_in(jax.random.key(seed), EVAL_RNG_OFFSET + step)
   per_task, per_task_stats = {}, {}
   metrics = score(rl_trainer.policy, params, rng=rng, env_kwargs=env_kwargs,
                   per_task=per_task, per_task_stats=per_task_stats,
                   **{k: v for k, v in settings.items() if k != "seed"})
   report = dict(
-      workdir=os.fspath(workdir), step=step, **settings, metrics=metrics,
+      workdir=os.fspath(workdir), step=step, **settings, fingerprint=digest,
+      metrics=metrics,
       per_task={k: "".join(map(str, v)) for k, v in per_task.items()})
   if any(per_task_stats.values()):
     report["per_task_stats"] = {k: episodes.stats_text(v)
@@ -611,6 +678,10 @@ def parse_flags(argv):
                       "temp<T>.json")
   parser.add_argument("--out_csv", default=None,
                       help="default: the JSON's name, .csv")
+  parser.add_argument("--same_as", default=None,
+                      help="another run's report JSON: copied instead of "
+                      "scoring when it has this evaluation's fingerprint "
+                      "(the same params, model, tokenizer and settings)")
   args = parser.parse_args(argv)
   if args.num_tasks < 1:
     parser.error(f"--num_tasks must be at least 1, got {args.num_tasks}")
@@ -634,6 +705,7 @@ def main(argv=None) -> dict[str, Any]:
     step = pick_step(checkpoint_steps(workdir), args.step)
     out_json, out_csv = _outputs(args, workdir, step)
     run = run_settings(workdir)
+    same_as = _same_as(args.same_as)
   except (FileNotFoundError, ValueError) as e:
     raise SystemExit(f"error: {e}") from e
   tx = run_optimizer(run)
@@ -650,7 +722,8 @@ def main(argv=None) -> dict[str, Any]:
         env_name=run["env_name"], env_kwargs=run["env_kwargs"],
         run_seed=run["seed"], mesh=mesh, step=step, num_tasks=args.num_tasks,
         temperature=args.temperature, max_steps=args.max_steps,
-        history_length=args.history_length, seed=args.seed)
+        history_length=args.history_length, seed=args.seed,
+        same_as=same_as)
   except (checkpoints.CorruptCheckpointError, checkpoints.RestoreError,
           FileNotFoundError, ValueError) as e:
     # ModelMismatchError is a ValueError; so is a step a still-running
@@ -659,8 +732,11 @@ def main(argv=None) -> dict[str, Any]:
     raise SystemExit(f"error: {e}") from None
   table = rows(report["metrics"])
   # The table first: it stays on screen if a write fails after all.
+  copied = (f" (copied from {report['copied_from']}'s: the same params and "
+            "settings)" if "copied_from" in report else "")
   print(f"update {step} of {workdir}, {args.num_tasks} tasks per split, "
-        f"temperature {args.temperature}:\n{format_table(table)}", flush=True)
+        f"temperature {args.temperature}{copied}:\n{format_table(table)}",
+        flush=True)
   cut = [f"{r['split']} {r['responses_truncated']:.3f}" for r in table
          if r["family"] == "all" and r["responses_truncated"] is not None]
   if cut:
@@ -671,6 +747,24 @@ def main(argv=None) -> dict[str, Any]:
   except OSError as e:
     raise SystemExit(f"error: could not write the report: {e}") from e
   print(f"wrote {out_json} and {out_csv}", flush=True)
+  return report
+
+
+def _same_as(path: str | None) -> dict[str, Any] | None:
+  """The report at `path` (None: None).
+
+  Raises:
+    FileNotFoundError, ValueError: no such file; one that is not a report.
+  """
+  if path is None:
+    return None
+  with open(path) as f:
+    try:
+      report = json.load(f)
+    except ValueError as e:
+      raise ValueError(f"--same_as {path} does not parse: {e}") from None
+  if not isinstance(report, dict) or "metrics" not in report:
+    raise ValueError(f"--same_as {path} is not an evaluation report")
   return report
 
 

@@ -57,7 +57,10 @@ config.gin); the others, still training or stopped early, are left out and
 named. Each report is kept in
 `RUN/eval/step_<N>_tasks<K>_seed<S>_temp<T>.json` (where
 `python -m seed_jax.evaluate` writes it too) and reused, so an
-interrupted rescoring resumes; the table goes to `OUT/rescored.{json,md}`
+interrupted rescoring resumes; the start of a seed's later runs is scored
+with `--same_as` its first run's report, which is copied when the runs
+start from the same params (a shared warm start), so a start is played
+once per seed; the table goes to `OUT/rescored.{json,md}`
 and, with `--md=PATH`, to its own section of PATH. Reports that list each
 task's outcome (all written since `per_task` was added) also give
 differences task by task (final − start, final − the baseline's final),
@@ -356,6 +359,7 @@ def rescore(out: str, *, num_tasks: int = 256, seed: int = 12345,
   recorded = _planned(_recorded(
       runner.read_status(os.path.join(out, runner.STATUS))))
   reports, left_out, countless = {}, {}, set()
+  starts = {}  # seed -> the first start report of that seed, for --same_as
   for m, by_seed in found.items():
     if methods is not None and m not in methods:
       continue
@@ -399,10 +403,13 @@ def rescore(out: str, *, num_tasks: int = 256, seed: int = 12345,
                 f"{num_tasks} tasks per split"
                 + (f", again: its report has no {lacks}" if lacks else ""),
                 flush=True)
+          # Runs that share a warm start share their start's report.
+          same = (["--same_as", starts[s]]
+                  if which == "start" and s in starts else [])
           try:
             evaluate.main(["--workdir", workdir, "--step", str(step),
                            "--num_tasks", str(num_tasks), "--seed", str(seed),
-                           "--temperature", str(temperature)])
+                           "--temperature", str(temperature), *same])
           except SystemExit as e:  # the run's own problem: say, go on
             if not isinstance(e.code, str):
               raise  # a flag evaluate refused: ours, not the run's
@@ -420,6 +427,8 @@ def rescore(out: str, *, num_tasks: int = 256, seed: int = 12345,
           raise ValueError(f"{path} was made with {differ}, not "
                            f"{ {k: asked[k] for k in differ} }: delete it "
                            "and rerun to score that checkpoint again")
+        if which == "start":
+          starts.setdefault(s, path)
         if isinstance(which, str):
           pair[which] = report
         else:

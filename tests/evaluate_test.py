@@ -119,6 +119,58 @@ def test_step_zero_is_the_starting_policy(tiny_run, tmp_path, monkeypatch):
     evaluate.main(["--workdir", tiny_run, "--step", "0", "--num_tasks", "2"])
 
 
+def test_a_start_shared_with_another_run_is_copied_not_scored(
+    tiny_run, tmp_path, monkeypatch):
+  """Two runs that differ only in training knobs start from the same params:
+  given the first's report (--same_as), the second's start is copied, and
+  it is what scoring it would give. Another update, or a rollout knob that
+  differs, is scored."""
+  scored = []
+  real_score = evaluate.score
+  monkeypatch.setattr(evaluate, "score", lambda policy, params, **kw: (
+      scored.append(kw) or real_score(policy, params, **kw)))
+
+  def run(gin_lines):
+    workdir = tmp_path / f"run{len(list(tmp_path.iterdir()))}"
+    shutil.copytree(tiny_run, workdir, ignore=shutil.ignore_patterns("eval"))
+    with open(workdir / "config.gin", "a") as f:
+      f.write("".join(f"{line}\n" for line in gin_lines))
+    return str(workdir)
+
+  def main(workdir, step=0, *more):
+    return evaluate.main(["--workdir", workdir, "--step", str(step),
+                          "--num_tasks", "2", *more])
+
+  seed = run([])
+  first = main(seed)
+  first_json = evaluate.report_path(seed, 0, num_tasks=2, seed=0,
+                                    temperature=0.4) + ".json"
+  assert len(scored) == 1 and len(first["fingerprint"]) == 64
+  grpo = run(["trainer.RLConfig.variant = 'grpo'",
+              "trainer.RLConfig.kl_coef = 0.5"])
+  copied = main(grpo, 0, "--same_as", first_json)
+  assert len(scored) == 1  # not scored
+  assert copied == dict(first, workdir=grpo, copied_from=seed)
+  with open(evaluate.report_path(grpo, 0, num_tasks=2, seed=0,
+                                 temperature=0.4) + ".json") as f:
+    assert json.load(f) == json.loads(json.dumps(copied))
+  # What scoring it gives: the same.
+  again = main(grpo, 0, "--out_json", str(tmp_path / "again.json"))
+  assert len(scored) == 2
+  assert again == dict(first, workdir=grpo)
+  # Another update; a longer reply budget: scored.
+  main(grpo, 2, "--same_as", first_json)
+  longer = run(["trainer.RLConfig.max_new_tokens = 9"])
+  other = main(longer, 0, "--same_as", first_json)
+  assert len(scored) == 4 and "copied_from" not in other
+  assert other["fingerprint"] != first["fingerprint"]
+  for bad, message in (("missing.json", "No such file"),
+                       ("e.csv", "does not parse")):
+    (tmp_path / "e.csv").write_text("split,family\n")
+    with pytest.raises(SystemExit, match=message):
+      main(grpo, 0, "--same_as", str(tmp_path / bad))
+
+
 def test_a_policy_folder_and_an_earlier_step(tiny_run, tmp_path):
   """A run whose policy is cached in `policy/` (as policies.prepare does)."""
   workdir = str(tmp_path / "run")

@@ -597,6 +597,33 @@ def _done_grpo_run(tmp_path, monkeypatch):
   return out, workdir, _fake_scoring(monkeypatch, {("grpo", 0): 100})
 
 
+def test_a_seeds_later_starts_are_given_its_first_start_report(
+    tmp_path, monkeypatch):
+  """Runs of one seed often share a warm start: each start after the first
+  is scored with --same_as the first's report (copied when evaluate finds
+  the same params); other seeds' starts and the finals are not."""
+  from seed_jax import evaluate  # pylint: disable=g-import-not-at-top
+  out = tmp_path / "exp"
+  last = {("grpo", 0): 100, ("seed", 0): 100, ("seed", 1): 100}
+  for m, s in last:
+    (out / m / f"seed{s}").mkdir(parents=True)
+  (out / runner.STATUS).write_text(json.dumps(dict(runs={
+      f"{m}/seed{s}": dict(method=m, seed=s, num_updates=100, state="done")
+      for m, s in last})))
+  _fake_scoring(monkeypatch, last)
+  fake, flags = evaluate.main, []
+  monkeypatch.setattr(evaluate, "main", lambda argv: (
+      flags.append(dict(zip(argv[::2], argv[1::2]))) or fake(argv)))
+  assert experiments.main(["evaluate", "--out", str(out)]) == 0
+  same = {(os.path.relpath(f["--workdir"], out), int(f["--step"])):
+          f.get("--same_as") for f in flags}
+  first = evaluate.report_path(str(out / "grpo" / "seed0"), 0, num_tasks=256,
+                               seed=12345, temperature=0.4) + ".json"
+  assert same == {("grpo/seed0", 0): None, ("grpo/seed0", 100): None,
+                  ("seed/seed0", 0): first, ("seed/seed0", 100): None,
+                  ("seed/seed1", 0): None, ("seed/seed1", 100): None}
+
+
 def test_a_kept_report_of_other_settings_is_named(tmp_path, monkeypatch):
   """A report under the name of the settings asked for, made with others
   (an older name for 0.4000001 was temp0.4), is never reused."""
