@@ -363,8 +363,9 @@ def fingerprint(config, tokenizer, params, rl: trainer_lib.RLConfig,
       tokenizer=backend.to_str() if backend is not None else repr(tokenizer),
       chat_template=getattr(tokenizer, "chat_template", None)),
       sort_keys=True, default=repr).encode())
-  for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
-    a = np.ascontiguousarray(jax.device_get(leaf))
+  host = jax.device_get(params)  # one transfer, not one per leaf
+  for path, leaf in jax.tree_util.tree_flatten_with_path(host)[0]:
+    a = np.ascontiguousarray(leaf)
     h.update(f"{jax.tree_util.keystr(path)} {a.dtype} {a.shape}".encode())
     h.update(a.tobytes())
   return h.hexdigest()

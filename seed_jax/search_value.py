@@ -71,10 +71,11 @@ def play(expert: str, *, split: str = "eval_unseen", num_tasks: int = 1024,
   Returns:
     {"expert", "noise", "memory", "success" (percent), "steps_won" (mean
     steps of the won episodes, None if none), "search_usual" and
-    "search_usual_chance" (`household.search_stats` over all tasks: the share of the searches in
-    vain that went where the object can start, and that of a type-blind
-    search; None without such searches), "reached_goal_place" (the share of
-    the tasks where the expert went to a place holding a goal object),
+    "search_usual_chance" (`household.search_stats` over all tasks: the
+    share of the searches in vain that went where the object can start, and
+    that of a type-blind search; None without such searches),
+    "reached_goal_place" (the share of the tasks where the expert went to a
+    place holding a goal object),
     "took_after_reach" (the share of those where it took one), "took_goal"
     (the share of all tasks where it took one) and "won_after_take" (the
     share of those won; `household.take_stats`; a share of none is None),
