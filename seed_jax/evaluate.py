@@ -32,7 +32,7 @@ other. Each file is written whole or not at all, and the JSON, the file
 readers trust, always matches the CSV beside it (see `write_report`).
 
 Each report records the `fingerprint` of what it depends on (params, model,
-tokenizer, rollout knobs, settings). With `--same_as=OTHER.json`, another
+tokenizer, rollout knobs, settings, the package's sources). With `--same_as=OTHER.json`, another
 run's report, an evaluation whose fingerprint is that report's copies it
 instead of playing the episodes again: the start of runs that share a warm
 start, say (`python -m seed_jax.experiments evaluate` does this).
@@ -44,12 +44,14 @@ import argparse
 import collections
 import csv
 import dataclasses
+import functools
 import hashlib
 import inspect
 import io
 import json
 import logging
 import os
+import pathlib
 import sys
 from typing import Any, Callable, Sequence
 
@@ -337,13 +339,31 @@ TRAINING_ONLY = frozenset({
     "clip_high", "dual_clip", "remat"})
 
 
+@functools.cache
+def code_digest(root: str | None = None) -> str:
+  """A SHA-256 of the package's Python sources (`root`: its folder).
+
+  Part of an evaluation's `fingerprint`: a report made by other code (a
+  changed game, rollout or sampler) is never taken for this code's. Any
+  edit counts, a comment too: the cost of a false mismatch is one more
+  evaluation, that of a false match a wrong number.
+  """
+  root = pathlib.Path(root or os.path.dirname(os.path.abspath(__file__)))
+  h = hashlib.sha256()
+  for path in sorted(root.rglob("*.py")):
+    h.update(f"{path.relative_to(root).as_posix()}\0".encode())
+    h.update(path.read_bytes() + b"\0")
+  return h.hexdigest()
+
+
 def fingerprint(config, tokenizer, params, rl: trainer_lib.RLConfig,
                 **settings) -> str:
   """A SHA-256 of everything an evaluation's report depends on.
 
   Two evaluations with the same fingerprint play the same episodes with
   the same sampling keys, so one report serves both (the start of two runs
-  that share a warm start, say).
+  that share a warm start, say). The package's sources count
+  (`code_digest`), so a report made by another commit is not copied.
 
   Args:
     config: the model config.
@@ -359,7 +379,8 @@ def fingerprint(config, tokenizer, params, rl: trainer_lib.RLConfig,
   rollout = {f.name: getattr(rl, f.name) for f in dataclasses.fields(rl)
              if f.name not in TRAINING_ONLY}
   h.update(json.dumps(dict(
-      config=repr(config), rollout=rollout, settings=settings,
+      code=code_digest(), config=repr(config), rollout=rollout,
+      settings=settings,
       tokenizer=backend.to_str() if backend is not None else repr(tokenizer),
       chat_template=getattr(tokenizer, "chat_template", None)),
       sort_keys=True, default=repr).encode())

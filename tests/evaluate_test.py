@@ -119,6 +119,25 @@ def test_step_zero_is_the_starting_policy(tiny_run, tmp_path, monkeypatch):
     evaluate.main(["--workdir", tiny_run, "--step", "0", "--num_tasks", "2"])
 
 
+def test_code_digest_follows_every_source_file(tmp_path):
+  pkg = tmp_path / "pkg"
+  (pkg / "envs").mkdir(parents=True)
+  (pkg / "a.py").write_text("x = 1\n")
+  (pkg / "envs" / "game.py").write_text("y = 2\n")
+  (pkg / "notes.txt").write_text("not code")
+  digests = [evaluate.code_digest.__wrapped__(str(pkg))]
+  (pkg / "notes.txt").write_text("still not code")
+  digests.append(evaluate.code_digest.__wrapped__(str(pkg)))
+  (pkg / "envs" / "game.py").write_text("y = 3\n")
+  digests.append(evaluate.code_digest.__wrapped__(str(pkg)))
+  (pkg / "envs" / "game.py").rename(pkg / "envs" / "other.py")
+  digests.append(evaluate.code_digest.__wrapped__(str(pkg)))
+  assert digests[0] == digests[1]
+  assert len(set(digests[1:])) == 3
+  assert evaluate.code_digest() == evaluate.code_digest.__wrapped__(
+      os.path.dirname(evaluate.__file__))
+
+
 def test_a_start_shared_with_another_run_is_copied_not_scored(
     tiny_run, tmp_path, monkeypatch):
   """Two runs that differ only in training knobs start from the same params:
@@ -164,6 +183,10 @@ def test_a_start_shared_with_another_run_is_copied_not_scored(
   other = main(longer, 0, "--same_as", first_json)
   assert len(scored) == 4 and "copied_from" not in other
   assert other["fingerprint"] != first["fingerprint"]
+  # The same run, scored by other code: scored, never copied.
+  monkeypatch.setattr(evaluate, "code_digest", lambda: "other code")
+  main(grpo, 0, "--same_as", first_json)
+  assert len(scored) == 5
   for bad, message in (("missing.json", "No such file"),
                        ("e.csv", "does not parse")):
     (tmp_path / "e.csv").write_text("split,family\n")
