@@ -181,11 +181,16 @@ def grpo(scores: jax.Array, group_ids: jax.Array, traj_ids: jax.Array, *,
 @register("opid_shaping")
 def opid_shaping(advantages: jax.Array, skill_logp: jax.Array,
                  old_logp: jax.Array, analyzed: jax.Array, *,
-                 weight: float = 0.001) -> jax.Array:
+                 weight: float = 0.001,
+                 mask: jax.Array | None = None) -> jax.Array:
   """OPID-style shaping: A_ij += w * (skill_logp_ij - old_logp_ij) on analyzed rows.
 
   Rows not analyzed keep their advantage unchanged (whatever `skill_logp`
-  holds there is ignored).
+  holds there is ignored). With `mask`, each analyzed row's shift is centred
+  first: its mean over the row's masked tokens is subtracted, so the bonus
+  sums to zero over the row's tokens. On the tokens of one context the shift
+  averages about -KL(plain || skill-augmented) <= 0 whatever the skill says;
+  uncentred, that mean is a penalty on every analyzed token.
 
   Args:
     advantages: [B, L] per-token advantages.
@@ -193,14 +198,21 @@ def opid_shaping(advantages: jax.Array, skill_logp: jax.Array,
     old_logp: [B, L] log-probs under the plain prompt (theta_old).
     analyzed: [B] bool, whether the row's trajectory has a parsed skill.
     weight: w.
+    mask: [B, L] response-token mask, or None (no centring).
 
   Returns:
     [B, L] float32 shaped advantages.
   """
   a = jnp.asarray(advantages, jnp.float32)
-  bonus = weight * (jnp.asarray(skill_logp, jnp.float32)
-                    - jnp.asarray(old_logp, jnp.float32))
-  return jnp.where(jnp.asarray(analyzed, bool)[:, None], a + bonus, a)
+  shift = (jnp.asarray(skill_logp, jnp.float32)
+           - jnp.asarray(old_logp, jnp.float32))
+  if mask is not None:
+    m = jnp.asarray(mask, bool)
+    shift = jnp.where(m, shift, 0.0)
+    mean = shift.sum(-1, keepdims=True) / jnp.maximum(
+        m.sum(-1, keepdims=True), 1)
+    shift = jnp.where(m, shift - mean, 0.0)
+  return jnp.where(jnp.asarray(analyzed, bool)[:, None], a + weight * shift, a)
 
 
 def discounted_returns(rewards: Sequence[float] | np.ndarray,

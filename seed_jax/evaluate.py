@@ -334,7 +334,8 @@ TRAINING_ONLY = frozenset({
     "analysis_max_new_tokens", "analysis_mode", "analysis_max_chars",
     "analysis_max_prompt_tokens", "max_critical_steps", "mini_batch_size",
     "micro_batches", "ppo_epochs", "adv_norm", "adv_stats_over",
-    "invalid_penalty", "opid_weight", "step_advantage_weight", "step_gamma",
+    "invalid_penalty", "opid_weight", "opid_center",
+    "step_advantage_weight", "step_gamma",
     "opd_coef", "opd_beta", "kl_coef", "entropy_coef", "clip_low",
     "clip_high", "dual_clip", "remat"})
 

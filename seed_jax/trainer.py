@@ -68,6 +68,9 @@ class RLConfig:
   analysis_mode: "episode_only", or "episode_step": the analysis also names
     at most `max_critical_steps` critical steps, and a sample at such a step
     is re-scored with the critical-step block after the episode block.
+  opid_center: variant "opid" centres each analyzed row's skill shift on
+    its mean over the row's response tokens before adding it
+    (`advantages.opid_shaping`'s mask); off is the paper's shaping.
   step_advantage_weight: GiGPO's w: each sample's advantage gains w times its
     step advantage (`advantages.gigpo_step_advantage` over the discounted
     step rewards, gamma `step_gamma`, normalized as `adv_norm`); 0 is off.
@@ -101,6 +104,7 @@ class RLConfig:
   adv_stats_over: str = "samples"
   invalid_penalty: float = 0.1
   opid_weight: float = 0.001
+  opid_center: bool = False
   step_advantage_weight: float = 0.0
   step_gamma: float = 0.95
   opd_coef: float = 0.01
@@ -692,7 +696,8 @@ class RLTrainer:
     if rl.variant == "opid":
       batch["advantages"] = np.asarray(adv_lib.opid_shaping(
           batch["advantages"], skill_logp, old_logp, batch["analyzed"],
-          weight=rl.opid_weight))
+          weight=rl.opid_weight,
+          mask=batch["response_mask"] if rl.opid_center else None))
     batch.update(old_logp=old_logp, skill_logp=skill_logp, ref_logp=ref_logp)
     rmask = arrays["response_mask"].astype(bool)
     shift = skill_logp[:n] - old_logp[:n]

@@ -199,6 +199,22 @@ def test_opid_shaping():
   np.testing.assert_allclose(got, [[1.05, 0.9], [-1.0, -1.0]], rtol=1e-6)
 
 
+def test_opid_shaping_centred_sums_to_zero_per_row():
+  adv = np.array([[1.0, 1.0, 1.0], [-1.0, -1.0, 0.0], [0.5, 0.5, 0.5]])
+  skill = np.array([[-0.5, -3.0, 9.0], [-2.0, -1.0, 9.0], [np.nan] * 3])
+  old = np.array([[-1.0, -2.0, 0.0], [-1.0, -1.0, 0.0], [-1.0] * 3])
+  mask = np.array([[1, 1, 0], [1, 1, 0], [1, 1, 1]])
+  fn = jax.jit(functools.partial(advantages.opid_shaping, weight=0.1))
+  got = fn(adv, skill, old, np.array([True, True, False]), mask=mask)
+  # Row 0: shifts +0.5, -1.0 (mean -0.25) -> +0.75, -0.75; padding untouched.
+  # Row 1: shifts -1.0, 0.0 (mean -0.5) -> -0.5, +0.5.
+  np.testing.assert_allclose(
+      got, [[1.075, 0.925, 1.0], [-1.05, -0.95, 0.0], [0.5, 0.5, 0.5]],
+      rtol=1e-6)
+  # Uncentred, the same rows lose the mean shift on every token.
+  got = fn(adv, skill, old, np.array([True, True, False]))
+  np.testing.assert_allclose(got[1, :2], [-1.1, -1.0], rtol=1e-6)
+
 def test_gigpo_step_advantage():
   # Step groups: (0, "a") -> returns [1, 0]; (0, "b") and (1, "a") singletons.
   got = advantages.gigpo_step_advantage(

@@ -143,9 +143,10 @@ def test_distillation_and_opid_shaping_reach_analyzed_rows_only(policy):
   c = trainer_lib.Collected(res.samples, res.episodes,
                             {0: skills.Analysis("s", "open it first", {})}, {})
   trainers, batches = {}, {}
-  for variant in ("seed", "opid"):
-    trainers[variant] = t = _trainer(policy, variant=variant, opid_weight=0.5)
-    batches[variant], _ = t.build_batch(
+  for name, kw in (("seed", dict(variant="seed")), ("opid", dict(variant="opid")),
+                   ("centred", dict(variant="opid", opid_center=True))):
+    trainers[name] = t = _trainer(policy, opid_weight=0.5, **kw)
+    batches[name], _ = t.build_batch(
         t.create_state(policy.params), t.place_params(policy.params), c)
   seed, opid = batches["seed"], batches["opid"]
   analyzed = seed["analyzed"]
@@ -158,6 +159,12 @@ def test_distillation_and_opid_shaping_reach_analyzed_rows_only(policy):
   np.testing.assert_array_equal(opid["advantages"][~analyzed],
                                 seed["advantages"][~analyzed])
   assert np.abs(opid["advantages"] - seed["advantages"]).max() > 1e-4
+  # Centred: each analyzed row's bonus sums to 0 over its response tokens.
+  bonus = batches["centred"]["advantages"] - seed["advantages"]
+  rmask = seed["response_mask"] > 0
+  np.testing.assert_allclose((bonus * rmask).sum(-1), 0.0, atol=1e-4)
+  np.testing.assert_array_equal(bonus[~rmask], 0.0)
+  assert np.abs(bonus[analyzed]).max() > 1e-4
   # SEED: the steps distill on the analyzed rows' tokens, with weight λ.
   t = trainers["seed"]
   _, m = t._learn(t.create_state(policy.params), seed, jax.random.key(3),
