@@ -215,6 +215,7 @@ def test_opid_shaping_centred_sums_to_zero_per_row():
   got = fn(adv, skill, old, np.array([True, True, False]))
   np.testing.assert_allclose(got[1, :2], [-1.1, -1.0], rtol=1e-6)
 
+
 def test_gigpo_step_advantage():
   # Step groups: (0, "a") -> returns [1, 0]; (0, "b") and (1, "a") singletons.
   got = advantages.gigpo_step_advantage(

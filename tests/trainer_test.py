@@ -143,7 +143,8 @@ def test_distillation_and_opid_shaping_reach_analyzed_rows_only(policy):
   c = trainer_lib.Collected(res.samples, res.episodes,
                             {0: skills.Analysis("s", "open it first", {})}, {})
   trainers, batches = {}, {}
-  for name, kw in (("seed", dict(variant="seed")), ("opid", dict(variant="opid")),
+  for name, kw in (("seed", dict(variant="seed")),
+                   ("opid", dict(variant="opid")),
                    ("centred", dict(variant="opid", opid_center=True))):
     trainers[name] = t = _trainer(policy, opid_weight=0.5, **kw)
     batches[name], _ = t.build_batch(
