@@ -4,6 +4,7 @@ r"""Scores a training run's checkpoint on the seen and unseen splits, no skills.
   python -m seed_jax.evaluate --workdir=RUN --step=0       # starting policy
   python -m seed_jax.evaluate --workdir=RUN --step=40 --num_tasks=128 \
       --out_json=eval40.json --out_csv=eval40.csv
+  python -m seed_jax.evaluate --workdir=RUN --transcripts=episodes.jsonl
 
 The run's own settings (policy, environment, rollout length, history) come
 from the `config.gin` its training wrote; the policy's config and tokenizer
@@ -30,6 +31,9 @@ default to `RUN/eval/step_<N>_tasks<K>_seed<S>_temp<T>.{json,csv}` (see
 `report_path`), so evaluations with other settings never overwrite each
 other. Each file is written whole or not at all, and the JSON, the file
 readers trust, always matches the CSV beside it (see `write_report`).
+With `--transcripts=PATH`, every episode played is also written to PATH, one
+JSON line per task (`transcript`: the task, its outcome, and each step's
+observation, reply, attempted and sent action), to read what a policy does.
 
 Each report records the `fingerprint` of what it depends on (params, model,
 tokenizer, rollout knobs, settings, the package's sources). With `--same_as=OTHER.json`, another
@@ -65,6 +69,7 @@ from seed_jax import checkpoints
 from seed_jax import envs
 from seed_jax import episodes
 from seed_jax import hf
+from seed_jax import prompts
 from seed_jax import rollout as rollout_lib
 from seed_jax import sampler as sampler_lib
 from seed_jax import trainer as trainer_lib
@@ -140,7 +145,8 @@ def evaluate_split(policy: rollout_lib.Policy, params, *, env_name: str,
                    rng: jax.Array | None = None, batch_groups: int = 16,
                    env_kwargs=None,
                    per_task: list[int] | None = None,
-                   per_task_stats: list[episodes.Stats] | None = None
+                   per_task_stats: list[episodes.Stats] | None = None,
+                   per_task_episodes: list[episodes.Episode] | None = None
                    ) -> dict[str, float]:
   """Success rate on `num_tasks` tasks of a split, no skills in the prompt
   (sampled at `temperature`; 0 is greedy).
@@ -154,6 +160,9 @@ def evaluate_split(policy: rollout_lib.Policy, params, *, env_name: str,
       (`envs.episode_stats_fn`), each task's statistics are appended to it,
       in task order, for comparisons task by task
       (`episodes.paired_ratio_diffs`).
+    per_task_episodes: when given, each task's episode (every step's
+      observation, reply and action) is appended to it, in task order
+      (`transcript` makes it JSON).
 
   Returns:
     {"success": overall rate, "success/<family>": per family, "tasks": n,
@@ -198,6 +207,7 @@ def evaluate_split(policy: rollout_lib.Policy, params, *, env_name: str,
   outcomes = []  # per task, in task order
   stats_fn = envs.episode_stats_fn(env_name)
   stats = []  # per episode, `stats_fn`'s
+  played = []  # per task, in task order
   while done < num_tasks:
     groups = min(batch_groups, num_tasks - done)
     pool = envs_base.EnvPool(env_name, num_groups=groups, group_size=1,
@@ -216,6 +226,7 @@ def evaluate_split(policy: rollout_lib.Policy, params, *, env_name: str,
       cut[ep.family] += [st.truncated for st in ep.steps]
       errors += ep.error is not None
       outcomes.append(int(ep.success))
+      played.append(ep)
       if stats_fn:
         stats.append(stats_fn(ep))
     done += groups
@@ -231,6 +242,8 @@ def evaluate_split(policy: rollout_lib.Policy, params, *, env_name: str,
     per_task.extend(outcomes)
   if per_task_stats is not None:
     per_task_stats.extend(stats)
+  if per_task_episodes is not None:
+    per_task_episodes.extend(played)
   replies = [c for v in cut.values() for c in v]
   if any(replies):
     logging.warning("evaluate %s: %d of %d replies cut at max_new_tokens "
@@ -262,7 +275,8 @@ def score(policy: rollout_lib.Policy, params, *, env_name: str,
           temperature: float, rng: jax.Array,
           env_kwargs: dict[str, Any] | None = None,
           per_task: dict[str, list[int]] | None = None,
-          per_task_stats: dict[str, list[episodes.Stats]] | None = None
+          per_task_stats: dict[str, list[episodes.Stats]] | None = None,
+          per_task_episodes: dict[str, list[episodes.Episode]] | None = None
           ) -> dict[str, float]:
   """Success on both evaluation splits, no skills in the prompt.
 
@@ -271,6 +285,8 @@ def score(policy: rollout_lib.Policy, params, *, env_name: str,
       each task's 1 or 0 in task order (see `evaluate_split`).
     per_task_stats: when given, filled the same way with each task's
       episode statistics (none for an environment without them).
+    per_task_episodes: when given, filled the same way with each task's
+      episode.
 
   Returns:
     {"eval/seen/success": 0.5, "eval/seen/success/<family>": ...,
@@ -284,11 +300,13 @@ def score(policy: rollout_lib.Policy, params, *, env_name: str,
     outcomes = None if per_task is None else per_task.setdefault(split[5:], [])
     stats = (None if per_task_stats is None
              else per_task_stats.setdefault(split[5:], []))
+    played = (None if per_task_episodes is None
+              else per_task_episodes.setdefault(split[5:], []))
     res = evaluate_split(
         policy, params, env_name=env_name, split=split, num_tasks=num_tasks,
         max_steps=max_steps, history_length=history_length,
         temperature=temperature, rng=rng, env_kwargs=env_kwargs,
-        per_task=outcomes, per_task_stats=stats)
+        per_task=outcomes, per_task_stats=stats, per_task_episodes=played)
     out.update({f"eval/{split[5:]}/{k}": v for k, v in res.items()})
   return out
 
@@ -404,7 +422,9 @@ def evaluate_run(workdir: epath.PathLike, *,
                  max_steps: int | None = None,
                  history_length: int | None = None,
                  seed: int = 0,
-                 same_as: dict[str, Any] | None = None) -> dict[str, Any]:
+                 same_as: dict[str, Any] | None = None,
+                 played: dict[str, list[episodes.Episode]] | None = None
+                 ) -> dict[str, Any]:
   """Restores a run's checkpoint and scores it on the evaluation splits.
 
   Args:
@@ -425,6 +445,9 @@ def evaluate_run(workdir: epath.PathLike, *,
     same_as: another run's report; when it has this evaluation's
       `fingerprint`, it is returned for this run (its "workdir" this one's,
       "copied_from" its own) instead of scoring again.
+    played: when given, filled with {"seen": episodes, "unseen": ...},
+      each task's episode in task order (left empty when the report is
+      copied from `same_as`: no episode is played then).
 
   Returns:
     {"workdir", "step", "env_name", "num_tasks", "temperature", "max_steps",
@@ -467,6 +490,7 @@ def evaluate_run(workdir: epath.PathLike, *,
   per_task, per_task_stats = {}, {}
   metrics = score(rl_trainer.policy, params, rng=rng, env_kwargs=env_kwargs,
                   per_task=per_task, per_task_stats=per_task_stats,
+                  per_task_episodes=played,
                   **{k: v for k, v in settings.items() if k != "seed"})
   report = dict(
       workdir=os.fspath(workdir), step=step, **settings, fingerprint=digest,
@@ -569,6 +593,45 @@ def write_report(report: dict[str, Any], *, out_json: epath.PathLike,
       kept[path].unlink()
     except OSError as e:
       logging.warning("%s could not be removed: %s", kept[path], e)
+
+
+def transcript(ep: episodes.Episode, *, split: str, task: int
+               ) -> dict[str, Any]:
+  """One evaluated episode, JSON-ready: what the policy saw and did.
+
+  Args:
+    ep: the episode.
+    split: "seen" or "unseen".
+    task: its index in the split's task order (as in the report's
+      "per_task").
+
+  Returns:
+    {"split", "task", "seed" (the task seed), "family", "goal" (the task
+     text), "success", "error" (the environment's, or None), "steps": [
+     {"observation": what the step answered, "reply": the policy's text,
+      "attempted": the action the reply asked for (`prompts.
+      attempted_action`; "" when it names none), "action": the one sent to
+      the environment (its no-op for an invalid reply), "valid", "reward",
+      "cut": the reply hit max_new_tokens}, ...]}.
+  """
+  return {
+      "split": split, "task": task, "seed": int(ep.seed), "family": ep.family,
+      "goal": ep.task, "success": bool(ep.success), "error": ep.error,
+      "steps": [{"observation": st.observation, "reply": st.response,
+                 "attempted": prompts.attempted_action(st.response),
+                 "action": st.action, "valid": bool(st.action_valid),
+                 "reward": float(st.reward), "cut": bool(st.truncated)}
+                for st in ep.steps]}
+
+
+def write_transcripts(path: epath.PathLike,
+                      played: dict[str, list[episodes.Episode]]) -> int:
+  """Writes every episode of `played` ({"seen": [...], ...}, task order) as
+  one JSON line (`transcript`), whole or not at all; returns how many."""
+  lines = [json.dumps(transcript(ep, split=split, task=i)) + "\n"
+           for split, eps in played.items() for i, ep in enumerate(eps)]
+  atomic.write_text(path, "".join(lines))
+  return len(lines)
 
 
 def format_table(table: Sequence[dict[str, Any]]) -> str:
@@ -705,6 +768,10 @@ def parse_flags(argv):
                       help="another run's report JSON: copied instead of "
                       "scoring when it has this evaluation's fingerprint "
                       "(the same params, model, tokenizer and settings)")
+  parser.add_argument("--transcripts", default=None,
+                      help="also write every episode played (each step's "
+                      "observation, reply and action) to this file as JSON "
+                      "lines, one per task, to read what the policy does")
   args = parser.parse_args(argv)
   if args.num_tasks < 1:
     parser.error(f"--num_tasks must be at least 1, got {args.num_tasks}")
@@ -715,6 +782,9 @@ def parse_flags(argv):
     parser.error(f"--max_steps must be at least 1, got {args.max_steps}")
   if args.history_length is not None and args.history_length < 0:
     parser.error(f"--history_length must be >= 0, got {args.history_length}")
+  if args.transcripts is not None and args.same_as is not None:
+    parser.error("--transcripts needs the episodes played, and --same_as may "
+                 "copy a report instead of playing them: give one of the two")
   return args
 
 
@@ -727,11 +797,14 @@ def main(argv=None) -> dict[str, Any]:
   try:
     step = pick_step(checkpoint_steps(workdir), args.step)
     out_json, out_csv = _outputs(args, workdir, step)
+    if args.transcripts is not None:
+      _check_transcripts(args.transcripts, out_json, out_csv)
     run = run_settings(workdir)
     same_as = _same_as(args.same_as)
   except (FileNotFoundError, ValueError) as e:
     raise SystemExit(f"error: {e}") from e
   tx = run_optimizer(run)
+  played = {} if args.transcripts is not None else None
   try:
     mesh = (partitioning.make_mesh(run["mesh_shape"]) if run["mesh_shape"]
             else None)
@@ -746,7 +819,7 @@ def main(argv=None) -> dict[str, Any]:
         run_seed=run["seed"], mesh=mesh, step=step, num_tasks=args.num_tasks,
         temperature=args.temperature, max_steps=args.max_steps,
         history_length=args.history_length, seed=args.seed,
-        same_as=same_as)
+        same_as=same_as, played=played)
   except (checkpoints.CorruptCheckpointError, checkpoints.RestoreError,
           FileNotFoundError, ValueError) as e:
     # ModelMismatchError is a ValueError; so is a step a still-running
@@ -765,6 +838,12 @@ def main(argv=None) -> dict[str, Any]:
   if cut:
     print(f"share of replies cut at max_new_tokens: {', '.join(cut)}",
           flush=True)
+  if played is not None:  # before the report: a JSON on disk means done
+    try:
+      n = write_transcripts(args.transcripts, played)
+    except OSError as e:
+      raise SystemExit(f"error: could not write the transcripts: {e}") from e
+    print(f"wrote {n} episodes to {args.transcripts}", flush=True)
   try:
     write_report(report, out_json=out_json, out_csv=out_csv)
   except OSError as e:
@@ -789,6 +868,16 @@ def _same_as(path: str | None) -> dict[str, Any] | None:
   if not isinstance(report, dict) or "metrics" not in report:
     raise ValueError(f"--same_as {path} is not an evaluation report")
   return report
+
+
+def _check_transcripts(path: str, out_json: str, out_csv: str) -> None:
+  """Raises ValueError for a --transcripts path that cannot be written or
+  that is one of the report's two files."""
+  if os.path.abspath(path) in (os.path.abspath(out_json),
+                               os.path.abspath(out_csv)):
+    raise ValueError(f"--transcripts {path} is also the report's JSON or "
+                     "CSV; give it another name")
+  check_writable(path, what="the transcripts")
 
 
 def _outputs(args, workdir: str, step: int) -> tuple[str, str]:

@@ -18,7 +18,9 @@ from seed_jax import episodes
 from seed_jax import evaluate
 from seed_jax import hf
 from seed_jax import manifests
+from seed_jax import prompts
 from seed_jax import testing
+from seed_jax import trainer as trainer_lib
 from seed_jax.envs import base as envs_base
 
 def _history(workdir):
@@ -117,6 +119,23 @@ def test_step_zero_is_the_starting_policy(tiny_run, tmp_path, monkeypatch):
   with pytest.raises(SystemExit,
                      match="error: .*update 2 keeps no reference params"):
     evaluate.main(["--workdir", tiny_run, "--step", "0", "--num_tasks", "2"])
+
+
+def test_every_rl_field_is_either_training_only_or_fingerprinted():
+  """A new RLConfig field must be classified here on purpose: put in
+  TRAINING_ONLY by mistake, a field that changes what evaluation plays would
+  let one run's report be copied for another's (a wrong number)."""
+  fields = {f.name for f in dataclasses.fields(trainer_lib.RLConfig)}
+  # What the evaluation's rollout reads: episode length, history, the
+  # rollout policy's reply budget, prompt buckets and log-prob temperature.
+  played = {"max_steps", "history_length", "max_new_tokens",
+            "prompt_buckets", "temperature"}
+  assert evaluate.TRAINING_ONLY <= fields, (
+      f"TRAINING_ONLY names no field {sorted(evaluate.TRAINING_ONLY - fields)}")
+  assert not evaluate.TRAINING_ONLY & played
+  assert fields - evaluate.TRAINING_ONLY == played, (
+      f"classify {sorted(fields - evaluate.TRAINING_ONLY - played)}: "
+      "training only (evaluate.TRAINING_ONLY) or read by evaluation")
 
 
 def test_code_digest_follows_every_source_file(tmp_path):
@@ -220,6 +239,64 @@ def test_a_policy_folder_and_an_earlier_step(tiny_run, tmp_path):
                               history_length=2) == base
   assert not [n for n in os.listdir(os.path.dirname(base))
               if ".tmp" in n]
+
+
+def test_transcripts_hold_every_episode_played(tiny_run, tmp_path):
+  """--transcripts: one JSON line per task, in the report's task order,
+  with each step's observation, reply and action; the report is unchanged."""
+  path = tmp_path / "t" / "episodes.jsonl"
+  report = evaluate.main(["--workdir", tiny_run, "--num_tasks", "2",
+                          "--out_json", str(tmp_path / "e.json"),
+                          "--transcripts", str(path)])
+  want = {k: v for k, v in _history(tiny_run)[2].items()
+          if k.startswith("eval/")}
+  assert report["metrics"] == want  # playing is not changed by keeping it
+  lines = [json.loads(line) for line in path.read_text().splitlines()]
+  assert [(t["split"], t["task"]) for t in lines] == [
+      ("seen", 0), ("seen", 1), ("unseen", 0), ("unseen", 1)]
+  for split in ("seen", "unseen"):
+    mine = [t for t in lines if t["split"] == split]
+    assert [t["seed"] for t in mine] == envs_base.split_seeds(
+        f"eval_{split}", 2)
+    assert "".join(str(int(t["success"])) for t in mine) == (
+        report["per_task"][split])
+    families = sorted(t["family"] for t in mine)
+    assert families == sorted(
+        k.rsplit("/", 1)[1] for k, v in want.items()
+        if k.startswith(f"eval/{split}/tasks/") for _ in range(int(v)))
+  steps = [st for t in lines for st in t["steps"]]
+  assert all(1 <= len(t["steps"]) <= report["max_steps"] for t in lines)
+  assert all(t["goal"] and t["error"] is None for t in lines)
+  for st in steps:
+    assert st["observation"] and isinstance(st["reply"], str)
+    assert st["attempted"] == prompts.attempted_action(st["reply"])
+    assert st["valid"] == (st["action"] == st["attempted"]) or (
+        st["valid"] and st["attempted"].startswith("put "))
+  # The share of cut replies agrees with the report's.
+  cut = [st["cut"] for t in lines if t["split"] == "unseen"
+         for st in t["steps"]]
+  assert np.mean(cut) == pytest.approx(want["eval/unseen/responses_truncated"])
+
+
+def test_transcripts_bad_inputs_stop_before_anything_loads(
+    tiny_run, tmp_path, monkeypatch, capsys):
+  _no_loading(monkeypatch)
+  run = ["--workdir", tiny_run, "--num_tasks", "1",
+         "--out_json", str(tmp_path / "e.json")]
+  with pytest.raises(SystemExit, match="--transcripts .*e.json is also the "
+                     "report's JSON or CSV"):
+    evaluate.main(run + ["--transcripts", str(tmp_path / "e.json")])
+  with pytest.raises(SystemExit, match="--transcripts .*e.csv is also"):
+    evaluate.main(run + ["--transcripts", str(tmp_path / "e.csv")])
+  (tmp_path / "file").write_text("not a folder")
+  with pytest.raises(SystemExit, match="cannot write the transcripts .*"
+                     "file is a file, not a folder"):
+    evaluate.main(run + ["--transcripts", str(tmp_path / "file" / "t.jsonl")])
+  with pytest.raises(SystemExit):
+    evaluate.parse_flags(run + ["--transcripts", "t.jsonl",
+                                "--same_as", "other.json"])
+  assert "--transcripts needs the episodes played" in capsys.readouterr().err
+  assert os.listdir(tmp_path) == ["file"]
 
 
 def test_bad_inputs_are_clear_errors(tiny_run, tmp_path):
@@ -433,13 +510,14 @@ def test_per_task_outcomes_follow_the_task_order(monkeypatch):
         error=None, steps=[], ground_truth={}) for s in group_seeds])
 
   monkeypatch.setattr(evaluate.rollout_lib, "rollout", fake_rollout)
-  per_task = []
+  per_task, eps = [], []
   out = evaluate.evaluate_split(None, None, env_name="household",
                                 split="eval_unseen", num_tasks=7,
                                 max_steps=1, batch_groups=3,
-                                per_task=per_task)
+                                per_task=per_task, per_task_episodes=eps)
   assert [len(b) for b in played] == [3, 3, 1]
   assert per_task == [1, 0, 0, 1, 0, 0, 1]
+  assert [e.success for e in eps] == [bool(o) for o in per_task]
   assert out["success"] == pytest.approx(3 / 7)
   assert out["tasks/heat"] + out["tasks/cool"] == 7
 
@@ -452,12 +530,13 @@ def test_per_task_outcomes_follow_the_task_order(monkeypatch):
 
   played.clear()
   monkeypatch.setattr(evaluate.rollout_lib, "rollout", second_batch_fails)
-  per_task = [1]
+  per_task, eps = [1], []
   with pytest.raises(ValueError, match="NaN"):
     evaluate.evaluate_split(None, None, env_name="household",
                             split="eval_unseen", num_tasks=7, max_steps=1,
-                            batch_groups=3, per_task=per_task)
-  assert played and per_task == [1]
+                            batch_groups=3, per_task=per_task,
+                            per_task_episodes=eps)
+  assert played and per_task == [1] and eps == []
 
 
 def test_replies_cut_at_max_new_tokens_are_reported(monkeypatch):
