@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from seed_jax import losses
 from seed_jax import registry as registry_lib
 
 _REGISTRY = registry_lib.Registry("advantage")
@@ -208,9 +209,7 @@ def opid_shaping(advantages: jax.Array, skill_logp: jax.Array,
            - jnp.asarray(old_logp, jnp.float32))
   if mask is not None:
     m = jnp.asarray(mask, bool)
-    shift = jnp.where(m, shift, 0.0)
-    mean = shift.sum(-1, keepdims=True) / jnp.maximum(
-        m.sum(-1, keepdims=True), 1)
+    mean = losses.row_token_means(shift, m)[:, None]
     shift = jnp.where(m, shift - mean, 0.0)
   return jnp.where(jnp.asarray(analyzed, bool)[:, None], a + weight * shift, a)
 

@@ -47,6 +47,14 @@ def token_mean(x: jax.Array, mask: jax.Array) -> jax.Array:
   return total / jnp.maximum(jnp.sum(m), 1.0)
 
 
+def row_token_means(x: jax.Array, mask: jax.Array) -> jax.Array:
+  """Each row's mean over its masked tokens ([B, L] -> [B]; 0 for an empty
+  row). Masked positions are dropped with a select, as in `token_mean`."""
+  m = _f32(mask)
+  return (jnp.sum(jnp.where(m > 0, _f32(x), 0.0) * m, axis=-1)
+          / jnp.maximum(jnp.sum(m, axis=-1), 1.0))
+
+
 @register("seq_mean_token_mean")
 def seq_mean_token_mean(x: jax.Array, mask: jax.Array) -> jax.Array:
   """Mean over non-empty rows of each row's token mean: rows weigh the same.
@@ -58,10 +66,8 @@ def seq_mean_token_mean(x: jax.Array, mask: jax.Array) -> jax.Array:
   Returns:
     Scalar float32 (0 when every row is empty).
   """
-  m = _f32(mask)
-  n = jnp.sum(m, axis=-1)  # [B]
-  rows = jnp.sum(jnp.where(m > 0, _f32(x), 0.0) * m, axis=-1) / jnp.maximum(n, 1.0)
-  has = (n > 0).astype(jnp.float32)
+  rows = row_token_means(x, mask)  # [B]
+  has = (jnp.sum(_f32(mask), axis=-1) > 0).astype(jnp.float32)
   return jnp.sum(rows * has) / jnp.maximum(jnp.sum(has), 1.0)
 
 
