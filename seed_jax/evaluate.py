@@ -149,12 +149,14 @@ def evaluate_split(policy: rollout_lib.Policy, params, *, env_name: str,
                    env_kwargs=None,
                    per_task: list[int] | None = None,
                    per_task_stats: list[episodes.Stats] | None = None,
-                   per_task_episodes: list[episodes.Episode] | None = None
-                   ) -> dict[str, float]:
+                   per_task_episodes: list[episodes.Episode] | None = None,
+                   invalid_action: str = "no_op") -> dict[str, float]:
   """Success rate on `num_tasks` tasks of a split, no skills in the prompt
   (sampled at `temperature`; 0 is greedy).
 
   Args:
+    invalid_action: what an action that parsed but is not admissible sends
+      (`rollout.rollout`'s): the run's `RLConfig.invalid_action`.
     per_task: when given, each task's outcome (1 success, 0 not) is
       appended to it, in task order (the split's seeds from the first), so
       that two policies scored on the same tasks can be compared task by
@@ -227,7 +229,8 @@ def evaluate_split(policy: rollout_lib.Policy, params, *, env_name: str,
     res = rollout_lib.rollout(gen, pool, sub, env_name=env_name,
                               max_steps=max_steps,
                               history_length=history_length,
-                              group_seeds=seeds)
+                              group_seeds=seeds,
+                              invalid_action=invalid_action)
     for ep in res.episodes:  # one per task (group_size 1), in seed order
       wins[ep.family].append(ep.success)
       cut[ep.family] += [st.truncated for st in ep.steps]
@@ -283,11 +286,12 @@ def score(policy: rollout_lib.Policy, params, *, env_name: str,
           env_kwargs: dict[str, Any] | None = None,
           per_task: dict[str, list[int]] | None = None,
           per_task_stats: dict[str, list[episodes.Stats]] | None = None,
-          per_task_episodes: dict[str, list[episodes.Episode]] | None = None
-          ) -> dict[str, float]:
+          per_task_episodes: dict[str, list[episodes.Episode]] | None = None,
+          invalid_action: str = "no_op") -> dict[str, float]:
   """Success on both evaluation splits, no skills in the prompt.
 
   Args:
+    invalid_action: see `evaluate_split`.
     per_task: when given, filled with {"seen": outcomes, "unseen": ...},
       each task's 1 or 0 in task order (see `evaluate_split`).
     per_task_stats: when given, filled the same way with each task's
@@ -313,7 +317,8 @@ def score(policy: rollout_lib.Policy, params, *, env_name: str,
         policy, params, env_name=env_name, split=split, num_tasks=num_tasks,
         max_steps=max_steps, history_length=history_length,
         temperature=temperature, rng=rng, env_kwargs=env_kwargs,
-        per_task=outcomes, per_task_stats=stats, per_task_episodes=played)
+        per_task=outcomes, per_task_stats=stats, per_task_episodes=played,
+        invalid_action=invalid_action)
     out.update({f"eval/{split[5:]}/{k}": v for k, v in res.items()})
   return out
 
@@ -398,7 +403,8 @@ def fingerprint(config, tokenizer, params, rl: trainer_lib.RLConfig,
     params: the scored params (their names, shapes, dtypes and values).
     rl: the run's RL config; the fields of `TRAINING_ONLY` do not count.
     **settings: the evaluation's (step, env_name, env_kwargs, num_tasks,
-      temperature, max_steps, history_length, seed), JSON-able.
+      temperature, max_steps, history_length, invalid_action, seed),
+      JSON-able.
   """
   h = hashlib.sha256()
   backend = getattr(tokenizer, "backend_tokenizer", None)
@@ -428,6 +434,7 @@ def evaluate_run(workdir: epath.PathLike, *,
                  num_tasks: int = 64, temperature: float = 0.4,
                  max_steps: int | None = None,
                  history_length: int | None = None,
+                 invalid_action: str | None = None,
                  seed: int = 0,
                  same_as: dict[str, Any] | None = None,
                  per_task_episodes: (dict[str, list[episodes.Episode]]
@@ -446,6 +453,8 @@ def evaluate_run(workdir: epath.PathLike, *,
       no checkpoint of update 0 was saved).
     num_tasks: tasks per split.
     temperature: sampling temperature.
+    invalid_action: what an action that parsed but is not admissible sends
+      (`prompts.INVALID_ACTIONS`); None for the run's.
     max_steps, history_length: episode length and history turns in the
       prompt; None for the run's.
     seed: seeds the sampling keys (with the update, as the trainer does).
@@ -458,7 +467,7 @@ def evaluate_run(workdir: epath.PathLike, *,
 
   Returns:
     {"workdir", "step", "env_name", "num_tasks", "temperature", "max_steps",
-     "history_length", "seed", "fingerprint" (`fingerprint`), "metrics":
+     "history_length", "invalid_action", "seed", "fingerprint" (`fingerprint`), "metrics":
      the `score` dict, "per_task": {"seen": "0110...", "unseen": ...}, each
      task's outcome in task order, and, for an environment with episode
      statistics, "per_task_stats": {"seen": `episodes.stats_text` of each
@@ -484,6 +493,8 @@ def evaluate_run(workdir: epath.PathLike, *,
       max_steps=int(rl.max_steps if max_steps is None else max_steps),
       history_length=int(rl.history_length if history_length is None
                          else history_length),
+      invalid_action=str(rl.invalid_action if invalid_action is None
+                         else invalid_action),
       seed=int(seed))
   digest = fingerprint(config, tokenizer, params, rl, step=step,
                        env_kwargs=dict(env_kwargs or {}), **settings)
@@ -729,12 +740,14 @@ def run_optimizer(run: dict[str, Any]) -> optax.GradientTransformation:
 
 def report_path(workdir: str, step: int, *, num_tasks: int, seed: int,
                 temperature: float, max_steps: int | None = None,
-                history_length: int | None = None) -> str:
+                history_length: int | None = None,
+                invalid_action: str | None = None) -> str:
   """Where an evaluation's report goes, without the extension.
 
   `WORKDIR/eval/step_<N>_tasks<K>_seed<S>_temp<T>`, with `_steps<M>` and
-  `_history<H>` appended when the rollout length or history is given (not
-  None), even if it equals the run's. T is the temperature as `:g` writes
+  `_history<H>` and `_<invalid action>` (`_as_written`) appended when the
+  rollout length, history or invalid action is given (not None), even if it
+  equals the run's. T is the temperature as `:g` writes
   it (0.4, 1) when that reads back as the same float, else its repr
   (0.4000001), so that two temperatures never share a name.
   """
@@ -746,6 +759,8 @@ def report_path(workdir: str, step: int, *, num_tasks: int, seed: int,
     name += f"_steps{max_steps}"
   if history_length is not None:
     name += f"_history{history_length}"
+  if invalid_action is not None:
+    name += f"_{invalid_action}"
   return os.path.join(workdir, "eval", name)
 
 
@@ -764,6 +779,11 @@ def parse_flags(argv):
                       help="episode length (default: the run's)")
   parser.add_argument("--history_length", type=int, default=None,
                       help="history turns in the prompt (default: the run's)")
+  parser.add_argument("--invalid_action", default=None,
+                      choices=prompts.INVALID_ACTIONS,
+                      help="what an action that parsed but is not admissible "
+                      "sends: the no-op, or the action as written (default: "
+                      "the run's RLConfig.invalid_action)")
   parser.add_argument("--seed", type=int, default=0,
                       help="seeds the sampling keys")
   parser.add_argument("--out_json", default=None,
@@ -825,7 +845,8 @@ def main(argv=None) -> dict[str, Any]:
         env_name=run["env_name"], env_kwargs=run["env_kwargs"],
         run_seed=run["seed"], mesh=mesh, step=step, num_tasks=args.num_tasks,
         temperature=args.temperature, max_steps=args.max_steps,
-        history_length=args.history_length, seed=args.seed,
+        history_length=args.history_length,
+        invalid_action=args.invalid_action, seed=args.seed,
         same_as=same_as, per_task_episodes=played)
   except (checkpoints.CorruptCheckpointError, checkpoints.RestoreError,
           FileNotFoundError, ValueError) as e:
@@ -895,7 +916,8 @@ def _outputs(args, workdir: str, step: int) -> tuple[str, str]:
   """
   base = report_path(workdir, step, num_tasks=args.num_tasks, seed=args.seed,
                      temperature=args.temperature, max_steps=args.max_steps,
-                     history_length=args.history_length)
+                     history_length=args.history_length,
+                     invalid_action=args.invalid_action)
   out_json = args.out_json or base + ".json"
   out_csv = args.out_csv or os.path.splitext(out_json)[0] + ".csv"
   if os.path.abspath(out_json) == os.path.abspath(out_csv):

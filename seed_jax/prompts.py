@@ -20,6 +20,13 @@ MAX_ACTION_CHARS = 200  # longer "actions" are rambling, not commands
 # that do not project (kept equal to the envs' `no_op`, checked by tests).
 NO_OPS = {"household": "look", "sokoban": "still", "twx": "look around",
           "alfworld": "look", "gym_sokoban": "still"}
+# What the environment is sent for a reply whose action parsed but is not
+# admissible: "no_op", the environment's no-op (the history shows the
+# no-op), or "as_written", the action itself (the environment judges it,
+# the household game answering "Nothing happens.", and the history shows
+# what was tried; verl-agent's ALFWorld does this). Replies that do not
+# parse get the no-op either way.
+INVALID_ACTIONS = ("no_op", "as_written")
 
 INSTRUCTION = (
     "You should first reason step-by-step about the current situation. This "
@@ -193,7 +200,8 @@ def attempted_action(text: str) -> str:
 
 
 def project_action(text: str, admissible: Sequence[str], *,
-                   fallback: str | None = None) -> tuple[str, bool]:
+                   fallback: str | None = None,
+                   as_written: bool = False) -> tuple[str, bool]:
   """Maps a policy reply to an environment action and a validity flag.
 
   The reply is lower-cased; it must contain <think> and </think>; the action is
@@ -206,12 +214,16 @@ def project_action(text: str, admissible: Sequence[str], *,
     admissible: the admissible actions (empty: accept any non-empty action).
     fallback: the action for invalid replies; default the first admissible
       one (or "" when there is none).
+    as_written: an action that parsed but is not admissible is returned
+      as it was written (still invalid) instead of `fallback`.
 
   Returns:
     (action, valid). Examples, admissible ["look", "go to desk 1"]:
       "<think>x</think><action>Go to DESK 1</action>" -> ("go to desk 1", True)
       "<action>go to desk 1</action>" (no think)      -> ("look", False)
       "<think>x</think> go to desk 1" (no tags)        -> ("look", False)
+      "<think>x</think><action>go to bed 1</action>"   -> ("look", False),
+        and with as_written                            -> ("go to bed 1", False)
   """
   if fallback is None:
     fallback = admissible[0] if admissible else ""
@@ -228,20 +240,33 @@ def project_action(text: str, admissible: Sequence[str], *,
     alias = f"move {put.group(1)} to {put.group(2)}"
     if alias in admissible:
       return alias, True
-  return fallback, False
+  return (action if as_written else fallback), False
 
 
 def project(env_name: str, text: str, admissible: Sequence[str], *,
-            no_op: str | None = None) -> tuple[str, bool]:
+            no_op: str | None = None,
+            invalid_action: str = "no_op") -> tuple[str, bool]:
   """project_action with the environment's no-op as the fallback.
 
   `no_op` is the environment's own (`Env.no_op`); without it, NO_OPS names
   the built-in environments' and any other falls back to admissible[0].
+  `invalid_action` (one of `INVALID_ACTIONS`) says what an action that
+  parsed but is not admissible becomes: the no-op, or itself.
 
   Example: project("sokoban", "<action>up</action>", ["up", ...]) ->
   ("still", False) (no <think> tag); the env treats "still" as an invalid
   step that changes nothing.
   """
+  check_invalid_action(invalid_action)
   if no_op is None:
     no_op = NO_OPS.get(env_name)
-  return project_action(text, admissible, fallback=no_op)
+  return project_action(text, admissible, fallback=no_op,
+                        as_written=invalid_action == "as_written")
+
+
+def check_invalid_action(invalid_action: str,
+                         name: str = "invalid_action") -> None:
+  """Raises ValueError, naming `name`, unless one of `INVALID_ACTIONS`."""
+  if invalid_action not in INVALID_ACTIONS:
+    raise ValueError(f"{name} must be one of {INVALID_ACTIONS}, got "
+                     f"{invalid_action!r}")

@@ -55,7 +55,10 @@ __all__ = [  # `results_tables`'s too: callers use `results.markdown`, ...
 FRACTIONS = (0.2, 0.4, 0.6, 0.8, 1.0)
 # An evaluation report's environment and episode settings: `rescored` pairs
 # only reports that agree on them.
-EPISODE = ("env_name", "max_steps", "history_length")
+EPISODE = ("env_name", "max_steps", "history_length", "invalid_action")
+# What a report written before a setting was recorded played: every such
+# report sent the no-op for an inadmissible action.
+EPISODE_DEFAULTS = {"invalid_action": "no_op"}
 # Training scalars averaged over each run's updates: SEED's signal health.
 DIAGNOSTICS = ("success_rate", "valid_action_ratio", "analyses_parsed",
                "opd_gate_mean", "opd_active_ratio", "skill_logp_gap",
@@ -596,14 +599,15 @@ def rescored(reports: Mapping[str, Mapping[int, Mapping[str, Mapping[
   if len(settings) > 1:
     raise ValueError(f"the reports were scored with different (num_tasks, "
                      f"seed, temperature): {sorted(settings)}")
-  episode = {k: sorted({r[k] for r in every if k in r}, key=repr)
+  episode = {k: sorted({r.get(k, EPISODE_DEFAULTS.get(k)) for r in every
+                       if k in r or k in EPISODE_DEFAULTS}, key=repr)
              for k in EPISODE}
   differ = {k: v for k, v in episode.items() if len(v) > 1}
   if differ:
     raise ValueError(
         "the reports were scored on different environments or episodes, so "
         f"not on the same tasks: {differ}; score every run with the same "
-        "env_name, max_steps and history_length")
+        "env_name, max_steps, history_length and invalid_action")
   (num_tasks, seed, temperature), = settings or {(None, None, None)}
   if baseline is None and "grpo" in reports:
     baseline = "grpo"

@@ -327,7 +327,8 @@ class RolloutResult:
 def rollout(generate: GenerateFn, pool: envs_base.EnvPool, rng: jax.Array, *,
             env_name: str, max_steps: int, history_length: int = 2,
             group_seeds: Sequence[int] | None = None,
-            uid_offset: int = 0, log_every_s: float = 5.0) -> RolloutResult:
+            uid_offset: int = 0, log_every_s: float = 5.0,
+            invalid_action: str = "no_op") -> RolloutResult:
   """Plays one batch of grouped episodes to the end.
 
   Args:
@@ -346,14 +347,18 @@ def rollout(generate: GenerateFn, pool: envs_base.EnvPool, rng: jax.Array, *,
       start); 0: after every step. Steps of a large batch take longer than
       the default, so each gets its line; fast steps log about one line per
       `log_every_s`.
+    invalid_action: what the environment is sent for a reply whose action
+      parsed but is not admissible, one of `prompts.INVALID_ACTIONS`: its
+      no-op, or the action as written (the step is invalid either way).
 
   Returns:
     RolloutResult with samples in (step, member) order and one Episode per
     member; an episode whose environment raised is failed, with `error` set.
 
   Raises:
-    ValueError: `max_steps` below 1 or `history_length` below 0 (before any
-      reset); `generate` answering another number of prompts than asked.
+    ValueError: `max_steps` below 1, `history_length` below 0 or an unknown
+      `invalid_action` (before any reset); `generate` answering another
+      number of prompts than asked.
     PromptTooLongError: `generate` found a prompt past its largest bucket;
       the message names the step and the episode (its `index` is the
       episode's member index).
@@ -363,6 +368,7 @@ def rollout(generate: GenerateFn, pool: envs_base.EnvPool, rng: jax.Array, *,
   if history_length < 0:
     raise ValueError(f"rollout needs history_length >= 0, got "
                      f"{history_length}")
+  prompts_lib.check_invalid_action(invalid_action)
   observations, infos = pool.reset(group_seeds)
   n = pool.size
   eps = []
@@ -410,7 +416,7 @@ def rollout(generate: GenerateFn, pool: envs_base.EnvPool, rng: jax.Array, *,
     for i, prompt, gen in zip(active, prompts, gens):
       action, ok = prompts_lib.project(
           env_name, gen.text, infos[i]["admissible_actions"],
-          no_op=no_ops[i])
+          no_op=no_ops[i], invalid_action=invalid_action)
       actions[i] = action
       valid[i] = ok
     new_obs, rewards, dones, new_infos = pool.step(actions)

@@ -356,6 +356,7 @@ def train(workdir: str, *,
             eval_policy, rl_trainer.local_params(state.params),
             env_name=env_name, num_tasks=eval_tasks, max_steps=rl.max_steps,
             history_length=rl.history_length, temperature=eval_temperature,
+            invalid_action=rl.invalid_action,
             rng=jax.random.fold_in(base_rng,
                                    evaluate_lib.EVAL_RNG_OFFSET + update),
             env_kwargs=env_kwargs)

@@ -31,6 +31,7 @@ from seed_jax import faults
 from seed_jax import metrics as metrics_lib
 from seed_jax import model as model_lib
 from seed_jax import partitioning
+from seed_jax import prompts as prompts_lib
 from seed_jax import rl_checks
 from seed_jax import rollout as rollout_lib
 from seed_jax import sampler as sampler_lib
@@ -74,6 +75,12 @@ class RLConfig:
   step_advantage_weight: GiGPO's w: each sample's advantage gains w times its
     step advantage (`advantages.gigpo_step_advantage` over the discounted
     step rewards, gamma `step_gamma`, normalized as `adv_norm`); 0 is off.
+  invalid_action: what the environment is sent for a reply whose action
+    parsed but is not admissible (`prompts.INVALID_ACTIONS`): "no_op" (the
+    environment's no-op; the history shows it) or "as_written" (the action
+    itself: the household game answers "Nothing happens." and the history
+    shows what was tried, as in verl-agent's ALFWorld). Evaluations of the
+    run play the same way.
   temperature: the rollouts' sampling temperature (the paper's is 1.0). The
     policy RL trains is softmax(logits / temperature): the old, skill-
     augmented, reference and current log-probs are all scored at it, so PPO's
@@ -86,6 +93,7 @@ class RLConfig:
   group_size: int = 8  # N
   max_steps: int = 30
   history_length: int = 2
+  invalid_action: str = "no_op"
   temperature: float = 1.0
   max_new_tokens: int = 64  # response budget per turn
   analysis_max_new_tokens: int = 160
@@ -138,6 +146,8 @@ class RLConfig:
       raise ValueError(f"unknown analyzer {self.analyzer!r}; known: "
                        f"{ANALYZERS}")
     annotators.check_detail(self.rule_detail, name="rule_detail")
+    prompts_lib.check_invalid_action(self.invalid_action,
+                                     name="RLConfig.invalid_action")
     if self.analysis_mode not in skills.MODES:
       raise ValueError(f"unknown analysis_mode {self.analysis_mode!r}; "
                        f"known: {skills.MODES}")
@@ -522,7 +532,7 @@ class RLTrainer:
           gen, self.pool, jax.random.fold_in(rng_roll, chunk),
           env_name=self.env_name, max_steps=rl.max_steps,
           history_length=rl.history_length, group_seeds=seeds,
-          uid_offset=start)
+          uid_offset=start, invalid_action=rl.invalid_action)
     except rollout_lib.PromptTooLongError as e:
       # RL's policy never cuts a prompt (it would train on another
       # context): the remedies are RL's own knobs.

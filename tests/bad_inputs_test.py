@@ -232,6 +232,9 @@ def test_unknown_variant_analyzer_and_missing_teacher():
     trainer_lib.RLConfig(adv_norm="std")
   with pytest.raises(ValueError, match="unknown adv_stats_over 'groups'"):
     trainer_lib.RLConfig(adv_stats_over="groups")
+  with pytest.raises(ValueError, match=r"RLConfig.invalid_action must be "
+                     r"one of \('no_op', 'as_written'\), got 'skip'"):
+    trainer_lib.RLConfig(invalid_action="skip")
   with pytest.raises(ValueError, match="micro_batches must be >= 1, got 32 "
                      "and 0"):
     trainer_lib.RLConfig(micro_batches=0)

@@ -56,7 +56,8 @@ def test_reproduces_the_runs_own_evaluation(tiny_run, tmp_path, monkeypatch):
   np.testing.assert_array_equal(jax.random.key_data(kw["rng"]),
                                 jax.random.key_data(want_rng))
   assert (kw["temperature"], kw["max_steps"], kw["history_length"],
-          kw["num_tasks"]) == (0.4, 2, 1, 2)
+          kw["num_tasks"], kw["invalid_action"]) == (0.4, 2, 1, 2, "no_op")
+  assert report["invalid_action"] == "no_op"  # the run's
 
   # The weights scored are the checkpoint's (read here without a target),
   # not the initial policy's.
@@ -127,9 +128,10 @@ def test_every_rl_field_is_either_training_only_or_fingerprinted():
   let one run's report be copied for another's (a wrong number)."""
   fields = {f.name for f in dataclasses.fields(trainer_lib.RLConfig)}
   # What the evaluation's rollout reads: episode length, history, the
-  # rollout policy's reply budget, prompt buckets and log-prob temperature.
+  # rollout policy's reply budget, prompt buckets, log-prob temperature and
+  # what an inadmissible action sends.
   played = {"max_steps", "history_length", "max_new_tokens",
-            "prompt_buckets", "temperature"}
+            "prompt_buckets", "temperature", "invalid_action"}
   assert evaluate.TRAINING_ONLY <= fields, (
       f"TRAINING_ONLY names no field {sorted(evaluate.TRAINING_ONLY - fields)}")
   assert not evaluate.TRAINING_ONLY & played
@@ -225,18 +227,21 @@ def test_a_policy_folder_and_an_earlier_step(tiny_run, tmp_path):
     f.write("testing.tiny_policy.hidden_size = 32\n")
   report = evaluate.main(["--workdir", workdir, "--step", "1",
                           "--num_tasks", "3", "--max_steps", "1",
-                          "--history_length", "2", "--seed", "7"])
+                          "--history_length", "2", "--seed", "7",
+                          "--invalid_action", "as_written"])
   assert (report["step"], report["num_tasks"], report["max_steps"],
-          report["history_length"], report["seed"]) == (1, 3, 1, 2, 7)
+          report["history_length"], report["seed"],
+          report["invalid_action"]) == (1, 3, 1, 2, 7, "as_written")
   assert report["metrics"]["eval/seen/tasks"] == 3.0
   base = os.path.join(workdir, "eval", "step_1_tasks3_seed7_temp0.4_steps1_"
-                      "history2")
+                      "history2_as_written")
   with open(base + ".json") as f:
     assert json.load(f)["metrics"] == report["metrics"]
   assert os.path.exists(base + ".csv")
   assert evaluate.report_path(workdir, 1, num_tasks=3, seed=7,
                               temperature=0.4, max_steps=1,
-                              history_length=2) == base
+                              history_length=2,
+                              invalid_action="as_written") == base
   assert not [n for n in os.listdir(os.path.dirname(base))
               if ".tmp" in n]
 
@@ -336,6 +341,7 @@ def test_bad_inputs_are_clear_errors(tiny_run, tmp_path):
     ("--temperature", "inf", "--temperature must be a finite number >= 0"),
     ("--max_steps", "0", "--max_steps must be at least 1"),
     ("--history_length", "-1", "--history_length must be >= 0"),
+    ("--invalid_action", "skip", "invalid choice: 'skip'"),
 ])
 def test_bad_flags_stop_before_anything_loads(flag, value, message, capsys):
   with pytest.raises(SystemExit):

@@ -145,6 +145,16 @@ def test_project_action_fallbacks():
   assert prompts.project("household", bad, ["go to desk 1"]) == (
       "look", False)
   assert prompts.project("sokoban", bad, ["up"]) == ("still", False)
+  tried = "<think>t</think><action>go to bed 1</action>"
+  assert prompts.project("household", tried, ["go to desk 1"]) == (
+      "look", False)
+  assert prompts.project("household", tried, ["go to desk 1"],
+                         invalid_action="as_written") == ("go to bed 1", False)
+  assert prompts.project("household", bad, ["go to desk 1"],
+                         invalid_action="as_written") == ("look", False)
+  with pytest.raises(ValueError, match="invalid_action must be one of"):
+    prompts.project("household", tried, ["go to desk 1"],
+                    invalid_action="nothing")
   # An environment of the user's own falls back to its own no-op.
   assert prompts.project("mine", bad, ["go north", "wait"], no_op="wait") == (
       "wait", False)

@@ -909,3 +909,20 @@ def test_rescored_refuses_reports_of_other_environments(key, a, b):
   reports["seed"][0]["efficiency"] = {"0.5": report(5, b, num_tasks=8)}
   with pytest.raises(ValueError, match="different .num_tasks, seed, temp"):
     results.rescored(reports)
+
+
+def test_rescored_takes_reports_without_invalid_action_as_the_no_op():
+  """Reports written before `invalid_action` was recorded all sent the
+  no-op: they pair with "no_op" reports, never with "as_written" ones."""
+  def report(step, action=None):
+    out = _report(step, 0.5, 0.5)
+    return out if action is None else out | {"invalid_action": action}
+
+  reports = {"grpo": {0: {"start": report(0), "final": report(10)}},
+             "seed": {0: {"start": report(0, "no_op"),
+                          "final": report(10, "no_op")}}}
+  assert results.rescored(reports)["paired"]["seed"]["seen"]["n"] == 1
+  reports["seed"][0]["final"] = report(10, "as_written")
+  with pytest.raises(ValueError, match=r"invalid_action.*'as_written', "
+                     r"'no_op'"):
+    results.rescored(reports)

@@ -93,6 +93,8 @@ def test_a_generate_that_drops_responses_is_an_error():
     (dict(max_steps=0), "max_steps >= 1, got 0"),
     (dict(max_steps=-2), "max_steps >= 1, got -2"),
     (dict(max_steps=3, history_length=-1), "history_length >= 0, got -1"),
+    (dict(max_steps=3, invalid_action="skip"),
+     "invalid_action must be one of .*got 'skip'"),
 ])
 def test_rollout_refuses_a_bad_max_steps_or_history_length(kwargs, match,
                                                            monkeypatch):
@@ -158,6 +160,37 @@ def test_an_unparsable_reply_falls_back_to_the_envs_own_no_op():
                         env_name="household", max_steps=2, group_seeds=[5])
   acts = {e.traj_uid: {s.action for s in e.steps} for e in res.episodes}
   assert acts == {0: {"look"}, 1: {"inventory"}}
+
+
+@pytest.mark.parametrize("invalid_action", ["no_op", "as_written"])
+def test_an_inadmissible_action_is_sent_as_the_run_says(invalid_action):
+  """A parsed but inadmissible action: the no-op, or itself, which the game
+  answers "Nothing happens." and the next prompt's history shows."""
+  pool = base.EnvPool("household", num_groups=1, group_size=1, max_steps=3)
+  prompts = []
+
+  def generate(batch, rng):
+    del rng
+    prompts.extend(batch)
+    return [rollout.Generation(
+        "<think>x</think><action>go to the moon</action>", [7], [9], [-0.5])
+            for _ in batch]
+
+  res = rollout.rollout(generate, pool, jax.random.key(0),
+                        env_name="household", max_steps=3, group_seeds=[5],
+                        invalid_action=invalid_action)
+  ep, = res.episodes
+  sent = "look" if invalid_action == "no_op" else "go to the moon"
+  assert [s.action for s in ep.steps] == [sent] * 3
+  assert not any(s.action_valid for s in ep.steps)
+  assert not any(s.action_valid for s in res.samples)
+  told = [s.observation for s in ep.steps[1:]]
+  if invalid_action == "as_written":
+    assert told == ["Nothing happens."] * 2
+    assert "go to the moon" in prompts[-1]
+  else:
+    assert "Nothing happens." not in told
+    assert "go to the moon" not in prompts[-1]
 
 
 def test_policy_rollout_logprobs_match_scorer():

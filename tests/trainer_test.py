@@ -717,6 +717,29 @@ def test_an_update_reports_where_its_rollouts_searched(policy):
   assert not {"invalid_repeat", "invalid_go_here"} & set(want)
 
 
+@pytest.mark.parametrize("invalid_action", ["no_op", "as_written"])
+def test_rollouts_send_an_inadmissible_action_as_the_config_says(
+    policy, invalid_action):
+  t = _trainer(policy, variant="grpo", invalid_action=invalid_action)
+
+  def generate(params, prompts, rng, sampling):  # always inadmissible
+    del params, rng, sampling
+    reply = "<think>x</think><action>go to the moon</action>"
+    ids = t.tokenizer.encode(reply, add_special_tokens=False)
+    return [rollout.Generation(reply, t.policy.encode(p), ids,
+                               [-1.0] * len(ids)) for p in prompts]
+
+  t.policy.generate = generate
+  c = t.collect(t.place_params(policy.params), jax.random.key(0),
+                update_index=0)
+  sent = {s.action for e in c.episodes for s in e.steps}
+  assert sent == {"look" if invalid_action == "no_op" else "go to the moon"}
+  assert c.metrics["invalid_steps"] == 1
+  # The game answered the action itself: "Nothing happens.".
+  told = {s.observation for e in c.episodes for s in e.steps[1:]}
+  assert (told == {"Nothing happens."}) == (invalid_action == "as_written")
+
+
 def test_an_update_whose_every_env_raised_is_a_clear_error(policy):
   t = _trainer(policy)
 
