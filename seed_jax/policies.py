@@ -34,6 +34,7 @@ from seed_jax import distributed
 from seed_jax import hf
 from seed_jax import model as model_lib
 from seed_jax import partitioning
+from seed_jax import prompts
 from seed_jax import rollout as rollout_lib
 from seed_jax import sampler as sampler_lib
 from seed_jax import sft as sft_lib
@@ -64,6 +65,9 @@ class Stage1Config:
   group_size: int = 8
   max_steps: int = 30
   history_length: int = 2
+  # What the rollouts send for an action that parsed but is not admissible
+  # (`prompts.INVALID_ACTIONS`); RLConfig.invalid_action should match it.
+  invalid_action: str = "no_op"
   annotator: str = "rule"  # "rule" (ground truth) or "teacher"
   # How the rule annotator's skills say where things were (household: a
   # place, or only its kind; `annotators.DETAILS`).
@@ -95,6 +99,8 @@ class Stage1Config:
       raise ValueError(f"Stage1Config.annotator must be one of "
                        f"{STAGE1_ANNOTATORS}, got {self.annotator!r}")
     annotators.check_detail(self.rule_detail, name="Stage1Config.rule_detail")
+    prompts.check_invalid_action(self.invalid_action,
+                                 name="Stage1Config.invalid_action")
     if self.rule_detail != "place" and self.annotator != "rule":
       raise ValueError(f"Stage1Config.rule_detail={self.rule_detail!r} is "
                        f"for annotator='rule', not {self.annotator!r}")
@@ -383,7 +389,8 @@ def run_stage1(policy: Policy, cfg: Stage1Config, workdir: epath.Path, *,
       max_prompt_chars=cfg.max_prompt_chars, encode=rl_policy.encode,
       max_prompt_tokens=max_tokens, tasks_per_batch=cfg.tasks_per_batch,
       journal=journal, journal_meta=dict(
-          asks, annotator=cfg.annotator, max_new_tokens=max_new_tokens))
+          asks, annotator=cfg.annotator, max_new_tokens=max_new_tokens),
+      invalid_action=cfg.invalid_action)
   if not records:
     raise ValueError(
         f"Stage 1 collected no parseable records ({stats}); its annotated "
@@ -405,7 +412,8 @@ def run_stage1(policy: Policy, cfg: Stage1Config, workdir: epath.Path, *,
   report = dict(report, collection=stats, analysis_prompt=dict(
       mode=cfg.analysis_mode, max_critical_steps=cfg.max_critical_steps,
       max_chars=cfg.max_prompt_chars, max_tokens=max_tokens),
-                response_len_max=cfg.response_len_max)
+                response_len_max=cfg.response_len_max,
+                invalid_action=cfg.invalid_action)
   return Policy(policy.config, params, policy.tokenizer,
                 dict(policy.report, stage1=report))
 

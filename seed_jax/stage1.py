@@ -257,6 +257,7 @@ def collect_records(
     pool_factory: Callable[..., envs_base.EnvPool] = envs_base.EnvPool,
     journal: epath.PathLike | None = None,
     journal_meta: Mapping[str, Any] | None = None,
+    invalid_action: str = "no_op",
 ) -> tuple[list[Record], dict[str, Any]]:
   """Rolls out on training tasks and keeps the parseable annotated episodes.
 
@@ -301,6 +302,9 @@ def collect_records(
       first batch not kept, with the same rollout keys as an uninterrupted
       run. None: nothing is kept.
     journal_meta: more settings a rerun must share (e.g. the annotator).
+    invalid_action: what the rollouts send for an action that parsed but is
+      not admissible (`rollout.rollout`'s); RL's should be the same, so that
+      the analysis prompts show invalid tries as RL's will.
 
   Returns:
     (records, stats): records (dicts with FIELDS and SEED; those read back
@@ -342,7 +346,11 @@ def collect_records(
         max_prompt_chars=max_prompt_chars,
         max_prompt_tokens=max_prompt_tokens if encode is not None else None,
         tasks_per_batch=per_batch, task_offset=task_offset,
-        rng=np.asarray(jax.random.key_data(rng)).tolist()),
+        rng=np.asarray(jax.random.key_data(rng)).tolist(),
+        # Journals written before the setting existed sent the no-op, and
+        # name nothing: so does one that sends it now.
+        **({} if invalid_action == "no_op"
+           else dict(invalid_action=invalid_action))),
                     writer=jax.process_index() == 0)
     if kept.kept:
       logging.info("stage1: reading back %d batch(es) kept in %s",
@@ -367,7 +375,7 @@ def collect_records(
     result = rollout_lib.rollout(
         generate, pool, rng, env_name=env_name, max_steps=max_steps,
         history_length=history_length, group_seeds=chunk,
-        uid_offset=task_offset + start)
+        uid_offset=task_offset + start, invalid_action=invalid_action)
     eps = result.episodes
     counts = collections.Counter(
         tasks=len(chunk), episodes=len(eps), env_steps=result.env_steps,

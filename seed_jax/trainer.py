@@ -416,11 +416,21 @@ class RLTrainer:
 
     `stage1_report` is `Policy.report["stage1"]` (absent without Stage 1:
     no check; one saved before the report named its prompts or its
-    `response_len_max` skips that check).
+    `response_len_max` skips that check). Warns, too, when Stage 1's
+    rollouts sent inadmissible actions otherwise than this run's do (a
+    report that does not say sent the no-op): its analyses saw other
+    histories.
     """
     rl, report = self.rl, stage1_report or {}
     if not rl.analyzes or rl.analyzer != "self":
       return
+    played = report.get("invalid_action", "no_op")
+    if report and played != rl.invalid_action:
+      logging.warning(
+          "Stage 1's rollouts sent inadmissible actions as %r, this run's "
+          "as %r (RLConfig.invalid_action): the analyses it fine-tuned were "
+          "written on other histories; bind Stage1Config.invalid_action "
+          "alike", played, rl.invalid_action)
     longest = report.get("response_len_max")
     if longest and rl.analysis_max_new_tokens < longest:
       logging.warning(

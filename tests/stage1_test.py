@@ -392,6 +392,33 @@ def test_a_batch_the_teacher_refuses_whole_is_an_outage_and_not_kept(
   assert meta["teacher_max_tokens"] == 512
 
 
+@pytest.mark.parametrize("invalid_action", ["no_op", "as_written"])
+def test_collect_records_sends_inadmissible_actions_as_asked(
+    invalid_action, tmp_path):
+  """The analysis prompts show what the game answered as RL's will; a
+  journal names the setting only when it is not the no-op (older journals
+  sent the no-op and name nothing)."""
+  def generate(prompts, rng):
+    del rng
+    return [rollout.Generation(
+        "<think>x</think><action>go to the moon</action>", [7], [9], [-0.5])
+            for _ in prompts]
+
+  journal = tmp_path / "records"
+  records, _ = stage1.collect_records(
+      generate, "household", num_tasks=1, group_size=1, max_steps=2,
+      annotator=annotators.annotate, rng=jax.random.key(0), journal=journal,
+      invalid_action=invalid_action)
+  [record] = records
+  # The reply is shown either way; what the game answered differs.
+  assert "<action>go to the moon</action>" in record["prompt"]
+  answered = "Observation: Nothing happens." in record["prompt"]
+  assert answered == (invalid_action == "as_written")
+  meta = json.loads((journal / "meta.json").read_text())
+  assert meta.get("invalid_action") == (
+      None if invalid_action == "no_op" else invalid_action)
+
+
 def test_a_teachers_annotate_is_sent_the_records_prompts():
   """`teacher.annotate` as the annotator built its own prompts, without the
   token budget's cut: the teacher analyzed what the records do not hold."""
@@ -694,6 +721,8 @@ def test_stage1_goes_on_from_the_batches_annotated_before_an_outage(
     ("learning_rate", 0.0, r"learning_rate must be positive and finite, "
      r"got 0.0"),
     ("learning_rate", float("nan"), r"learning_rate must be positive"),
+    ("invalid_action", "skip", r"invalid_action must be one of "
+     r"\('no_op', 'as_written'\), got 'skip'"),
 ])
 def test_stage1_config_refuses_bad_values_when_built(field, value, message):
   # Before, a misspelt annotator took the teacher path and the numbers

@@ -489,6 +489,24 @@ def test_rl_analysis_prompts_must_match_stage1s(policy):
       {"analysis_prompt": dict(stage1["analysis_prompt"], max_tokens=1)})
 
 
+def test_rl_warns_when_stage1_sent_inadmissible_actions_otherwise(
+    policy, caplog):
+  caplog.set_level(logging.WARNING)
+  written = _trainer(policy, invalid_action="as_written")
+  for report in ({"invalid_action": "no_op"}, {"val_loss": 1.0}):
+    written.check_stage1(report)  # a report that does not say: the no-op
+    [warning] = [r.getMessage() for r in caplog.records]
+    assert ("Stage 1's rollouts sent inadmissible actions as 'no_op', this "
+            "run's as 'as_written'") in warning
+    caplog.clear()
+  written.check_stage1({"invalid_action": "as_written"})
+  written.check_stage1(None)  # no Stage 1
+  _trainer(policy).check_stage1({"val_loss": 1.0})
+  _trainer(policy, variant="grpo", invalid_action="as_written").check_stage1(
+      {"val_loss": 1.0})  # GRPO writes no analyses
+  assert not caplog.records
+
+
 def test_rl_warns_when_its_analyses_are_shorter_than_stage1s(policy, caplog):
   trainer = _trainer(policy)  # analysis_max_new_tokens=16
   caplog.set_level(logging.WARNING)
