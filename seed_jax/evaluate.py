@@ -6,16 +6,17 @@ r"""Scores a training run's checkpoint on the seen and unseen splits, no skills.
       --out_json=eval40.json --out_csv=eval40.csv
   python -m seed_jax.evaluate --workdir=RUN --transcripts=episodes.jsonl
 
-The run's own settings (policy, environment, rollout length, history) come
-from the `config.gin` its training wrote; the policy's config and tokenizer
-from `RUN/policy` (or, for a policy that is not cached there, from the
-configured policy function), the weights from the checkpoint. Checkpoints are
-opened read-only, so a run that is still training can be evaluated. With
-`--seed` equal to the run's seed and its `eval_tasks` and
-`eval_temperature`, the numbers are those of the run's own evaluation at
-that update (same tasks, same sampling keys). Update 0, the policy the run
-started from, is never saved as a checkpoint of its own: every checkpoint
-keeps it as the KL reference, and `--step=0` scores that.
+The run's own settings (policy, environment, rollout length, history, what
+an inadmissible action sends) come from the `config.gin` its training wrote
+(`--max_steps`, `--history_length` and `--invalid_action` override them);
+the policy's config and tokenizer from `RUN/policy` (or, for a policy that
+is not cached there, from the configured policy function), the weights from
+the checkpoint. Checkpoints are opened read-only, so a run that is still
+training can be evaluated. With `--seed` equal to the run's seed and its
+`eval_tasks` and `eval_temperature`, the numbers are those of the run's own
+evaluation at that update (same tasks, same sampling keys). Update 0, the
+policy the run started from, is never saved as a checkpoint of its own:
+every checkpoint keeps it as the KL reference, and `--step=0` scores that.
 
 Writes JSON (every metric, named as in the run's metrics.jsonl:
 "eval/seen/success", "eval/unseen/success/<family>", ..., on the household
