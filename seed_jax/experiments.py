@@ -60,7 +60,9 @@ named. Each report is kept in
 interrupted rescoring resumes; the start of a seed's later runs is scored
 with `--same_as` its first run's report, which is copied when the runs
 start from the same params (a shared warm start), so a start is played
-once per seed; the table goes to `OUT/rescored.{json,md}`
+once per seed (with `--transcripts`, every checkpoint scored also writes
+the episodes it played beside its report, `RUN/eval/<report>.jsonl`, and
+every start is played); the table goes to `OUT/rescored.{json,md}`
 and, with `--md=PATH`, to its own section of PATH. Reports that list each
 task's outcome (all written since `per_task` was added) also give
 differences task by task (final − start, final − the baseline's final),
@@ -311,8 +313,8 @@ def write_summary(out: str, md: str | None = None) -> dict[str, Any]:
 def rescore(out: str, *, num_tasks: int = 256, seed: int = 12345,
             temperature: float = 0.4, methods: Sequence[str] | None = None,
             fractions: Sequence[float] = (), md: str | None = None,
-            command: str = "", without_counts: bool = False
-            ) -> dict[str, Any]:
+            command: str = "", without_counts: bool = False,
+            transcripts: bool = False) -> dict[str, Any]:
   """Scores every finished run's start and final checkpoint on common tasks.
 
   A run is finished when its last checkpoint is of its planned last update
@@ -335,6 +337,11 @@ def rescore(out: str, *, num_tasks: int = 256, seed: int = 12345,
       made by older code), replacing the report; otherwise such reports
       are used as they are, and their runs are left out of the paired
       search lead or of the missing statistics' tables.
+    transcripts: each checkpoint scored here also writes every episode it
+      played beside its report (the report's name, `.jsonl`; see
+      `evaluate --transcripts`), and a seed's later starts are played too,
+      not copied from its first. Reports already kept are reused as they
+      are, with or without transcripts.
 
   Returns:
     `results.rescored` of the reports, plus "left_out": {run: why} for the
@@ -405,7 +412,10 @@ def rescore(out: str, *, num_tasks: int = 256, seed: int = 12345,
                 flush=True)
           # Runs that share a warm start share their start's report.
           same = (["--same_as", starts[s]]
-                  if which == "start" and s in starts else [])
+                  if which == "start" and s in starts and not transcripts
+                  else [])
+          if transcripts:
+            same = ["--transcripts", path[:-len(".json")] + ".jsonl"]
           try:
             evaluate.main(["--workdir", workdir, "--step", str(step),
                            "--num_tasks", str(num_tasks), "--seed", str(seed),
@@ -674,6 +684,10 @@ def parse_flags(argv):
                   "kept household report lacks the per-task search counts "
                   "or a statistic evaluation records now (made by older "
                   "code), so that every run is in every table")
+  ev.add_argument("--transcripts", action="store_true",
+                  help="write every episode a scoring plays beside its "
+                  "report (RUN/eval/<report>.jsonl); each run's start is "
+                  "then played, not copied from its seed's first")
   # run's --gin.NAME=VALUE and --gin NAME=VALUE, in their order.
   known, rest = parser.parse_known_args(gin_flags.in_order(argv))
   for arg in rest:
@@ -703,7 +717,8 @@ def main(argv=None) -> int:
                         temperature=args.temperature, md=args.md,
                         methods=args.methods, fractions=args.fractions,
                         command=command,
-                        without_counts=args.rescore_without_counts)
+                        without_counts=args.rescore_without_counts,
+                        transcripts=args.transcripts)
       print(results.rescored_markdown(summary))
       failed = {k: v for k, v in summary["left_out"].items()
                 if not v.startswith((NO_CHECKPOINT, UNFINISHED))}

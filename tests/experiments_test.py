@@ -624,6 +624,41 @@ def test_a_seeds_later_starts_are_given_its_first_start_report(
                   ("seed/seed1", 0): None, ("seed/seed1", 100): None}
 
 
+def test_transcripts_are_written_beside_each_report_scored(
+    tmp_path, monkeypatch):
+  """--transcripts: every scoring writes its episodes beside its report,
+  and a seed's later starts are played, not copied (a copy plays none)."""
+  from seed_jax import evaluate  # pylint: disable=g-import-not-at-top
+  out = tmp_path / "exp"
+  last = {("grpo", 0): 100, ("seed", 0): 100}
+  for m, s in last:
+    (out / m / f"seed{s}").mkdir(parents=True)
+  (out / runner.STATUS).write_text(json.dumps(dict(runs={
+      f"{m}/seed{s}": dict(method=m, seed=s, num_updates=100, state="done")
+      for m, s in last})))
+  _fake_scoring(monkeypatch, last)
+  fake, flags = evaluate.main, []
+  monkeypatch.setattr(evaluate, "main", lambda argv: (
+      flags.append(dict(zip(argv[::2], argv[1::2]))) or fake(argv)))
+  assert experiments.main(["evaluate", "--out", str(out),
+                           "--transcripts"]) == 0
+  asked = {(os.path.relpath(f["--workdir"], out), int(f["--step"])):
+           (f.get("--transcripts"), f.get("--same_as")) for f in flags}
+  want = {}
+  for m, s in last:
+    workdir = str(out / m / f"seed{s}")
+    for step in (0, 100):
+      path = evaluate.report_path(workdir, step, num_tasks=256, seed=12345,
+                                  temperature=0.4)
+      want[(f"{m}/seed{s}", step)] = (path + ".jsonl", None)
+  assert asked == want
+  # Kept reports are reused: nothing is scored again.
+  flags.clear()
+  assert experiments.main(["evaluate", "--out", str(out),
+                           "--transcripts"]) == 0
+  assert not flags
+
+
 def test_a_kept_report_of_other_settings_is_named(tmp_path, monkeypatch):
   """A report under the name of the settings asked for, made with others
   (an older name for 0.4000001 was temp0.4), is never reused."""
