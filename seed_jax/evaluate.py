@@ -468,8 +468,8 @@ def evaluate_run(workdir: epath.PathLike, *,
 
   Returns:
     {"workdir", "step", "env_name", "num_tasks", "temperature", "max_steps",
-     "history_length", "invalid_action", "seed", "fingerprint" (`fingerprint`), "metrics":
-     the `score` dict, "per_task": {"seen": "0110...", "unseen": ...}, each
+     "history_length", "invalid_action", "seed", "fingerprint"
+     (`fingerprint`), "metrics": the `score` dict, "per_task": {"seen": "0110...", "unseen": ...}, each
      task's outcome in task order, and, for an environment with episode
      statistics, "per_task_stats": {"seen": `episodes.stats_text` of each
      task's, "unseen": ...}}.
@@ -748,9 +748,9 @@ def report_path(workdir: str, step: int, *, num_tasks: int, seed: int,
   `WORKDIR/eval/step_<N>_tasks<K>_seed<S>_temp<T>`, with `_steps<M>` and
   `_history<H>` and `_<invalid action>` (`_as_written`) appended when the
   rollout length, history or invalid action is given (not None), even if it
-  equals the run's. T is the temperature as `:g` writes
-  it (0.4, 1) when that reads back as the same float, else its repr
-  (0.4000001), so that two temperatures never share a name.
+  equals the run's. T is the temperature as `:g` writes it (0.4, 1) when
+  that reads back as the same float, else its repr (0.4000001), so that two
+  temperatures never share a name.
   """
   temp = f"{float(temperature):g}"  # 0.4 -> "0.4", 1.0 -> "1"
   if float(temp) != float(temperature):  # :g would round, e.g. 0.4000001
