@@ -597,14 +597,11 @@ def _done_grpo_run(tmp_path, monkeypatch):
   return out, workdir, _fake_scoring(monkeypatch, {("grpo", 0): 100})
 
 
-def test_a_seeds_later_starts_are_given_its_first_start_report(
-    tmp_path, monkeypatch):
-  """Runs of one seed often share a warm start: each start after the first
-  is scored with --same_as the first's report (copied when evaluate finds
-  the same params); other seeds' starts and the finals are not."""
+def _done_runs_scored(out, last, monkeypatch) -> list[dict[str, str]]:
+  """Finished runs `last` ({(method, seed): last update}) in `out`, scored
+  by a fake `evaluate.main`; returns the list each scoring's flags
+  ({flag: value}) are appended to."""
   from seed_jax import evaluate  # pylint: disable=g-import-not-at-top
-  out = tmp_path / "exp"
-  last = {("grpo", 0): 100, ("seed", 0): 100, ("seed", 1): 100}
   for m, s in last:
     (out / m / f"seed{s}").mkdir(parents=True)
   (out / runner.STATUS).write_text(json.dumps(dict(runs={
@@ -614,6 +611,18 @@ def test_a_seeds_later_starts_are_given_its_first_start_report(
   fake, flags = evaluate.main, []
   monkeypatch.setattr(evaluate, "main", lambda argv: (
       flags.append(dict(zip(argv[::2], argv[1::2]))) or fake(argv)))
+  return flags
+
+
+def test_a_seeds_later_starts_are_given_its_first_start_report(
+    tmp_path, monkeypatch):
+  """Runs of one seed often share a warm start: each start after the first
+  is scored with --same_as the first's report (copied when evaluate finds
+  the same params); other seeds' starts and the finals are not."""
+  from seed_jax import evaluate  # pylint: disable=g-import-not-at-top
+  out = tmp_path / "exp"
+  last = {("grpo", 0): 100, ("seed", 0): 100, ("seed", 1): 100}
+  flags = _done_runs_scored(out, last, monkeypatch)
   assert experiments.main(["evaluate", "--out", str(out)]) == 0
   same = {(os.path.relpath(f["--workdir"], out), int(f["--step"])):
           f.get("--same_as") for f in flags}
@@ -631,15 +640,7 @@ def test_transcripts_are_written_beside_each_report_scored(
   from seed_jax import evaluate  # pylint: disable=g-import-not-at-top
   out = tmp_path / "exp"
   last = {("grpo", 0): 100, ("seed", 0): 100}
-  for m, s in last:
-    (out / m / f"seed{s}").mkdir(parents=True)
-  (out / runner.STATUS).write_text(json.dumps(dict(runs={
-      f"{m}/seed{s}": dict(method=m, seed=s, num_updates=100, state="done")
-      for m, s in last})))
-  _fake_scoring(monkeypatch, last)
-  fake, flags = evaluate.main, []
-  monkeypatch.setattr(evaluate, "main", lambda argv: (
-      flags.append(dict(zip(argv[::2], argv[1::2]))) or fake(argv)))
+  flags = _done_runs_scored(out, last, monkeypatch)
   assert experiments.main(["evaluate", "--out", str(out),
                            "--transcripts"]) == 0
   asked = {(os.path.relpath(f["--workdir"], out), int(f["--step"])):
