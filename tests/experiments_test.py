@@ -586,28 +586,31 @@ def test_evaluate_leaves_unfinished_runs_out(tmp_path, monkeypatch, capsys):
     experiments.main(["evaluate", "--out", str(out)])
 
 
-def _done_grpo_run(tmp_path, monkeypatch):
-  """`(out, workdir, scored)`: an experiment folder with one finished run,
-  grpo/seed0 of 100 updates, and faked scoring (`_fake_scoring`)."""
-  out = tmp_path / "exp"
-  workdir = out / "grpo" / "seed0"
-  workdir.mkdir(parents=True)
-  (out / runner.STATUS).write_text(json.dumps(dict(runs={"grpo/seed0": dict(
-      method="grpo", seed=0, num_updates=100, state="done")})))
-  return out, workdir, _fake_scoring(monkeypatch, {("grpo", 0): 100})
-
-
-def _done_runs_scored(out, last, monkeypatch) -> list[dict[str, str]]:
-  """Finished runs `last` ({(method, seed): last update}) in `out`, scored
-  by a fake `evaluate.main`; returns the list each scoring's flags
-  ({flag: value}) are appended to."""
-  from seed_jax import evaluate  # pylint: disable=g-import-not-at-top
+def _done_runs(out, last, monkeypatch):
+  """Finished runs `last` ({(method, seed): last update}, 100 planned) in
+  the experiment folder `out`, with faked scoring; returns `_fake_scoring`'s
+  list of what was scored."""
   for m, s in last:
     (out / m / f"seed{s}").mkdir(parents=True)
   (out / runner.STATUS).write_text(json.dumps(dict(runs={
       f"{m}/seed{s}": dict(method=m, seed=s, num_updates=100, state="done")
       for m, s in last})))
-  _fake_scoring(monkeypatch, last)
+  return _fake_scoring(monkeypatch, last)
+
+
+def _done_grpo_run(tmp_path, monkeypatch):
+  """`(out, workdir, scored)`: an experiment folder with one finished run,
+  grpo/seed0 of 100 updates, and faked scoring (`_done_runs`)."""
+  out = tmp_path / "exp"
+  scored = _done_runs(out, {("grpo", 0): 100}, monkeypatch)
+  return out, out / "grpo" / "seed0", scored
+
+
+def _done_runs_scored(out, last, monkeypatch) -> list[dict[str, str]]:
+  """`_done_runs`, with `evaluate.main` wrapped to record each scoring's
+  flags; returns the list they ({flag: value}) are appended to."""
+  from seed_jax import evaluate  # pylint: disable=g-import-not-at-top
+  _done_runs(out, last, monkeypatch)
   fake, flags = evaluate.main, []
   monkeypatch.setattr(evaluate, "main", lambda argv: (
       flags.append(dict(zip(argv[::2], argv[1::2]))) or fake(argv)))
