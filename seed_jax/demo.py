@@ -369,14 +369,15 @@ def _round_up(n: int, multiple: int) -> int:
 
 
 # warm_start's household-only options, at their defaults.
-_HOUSEHOLD_ONLY = dict(shuffle_search=False, repeat=0.1, search_hint=False,
-                       skill_relabel=False, rule_detail="place")
+_HOUSEHOLD_ONLY = dict(shuffle_search=False, repeat=0.1, repeat_run=1,
+                       search_hint=False, skill_relabel=False,
+                       rule_detail="place")
 
 
 def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
                history_length: int = 2, noise: float = 0.2,
                shuffle_search: bool = False, repeat: float = 0.1,
-               skill_fraction: float = 0.5, analysis_fraction: float = 1.0,
+               repeat_run: int = 1, skill_fraction: float = 0.5, analysis_fraction: float = 1.0,
                search_hint: bool = False, skill_relabel: bool = False,
                rule_detail: str = "place",
                analysis_max_chars: int | None = 3000, vocab_size: int = 2048,
@@ -405,6 +406,8 @@ def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
     shuffle_search: the imperfect expert searches in a random order.
     repeat: the demonstrators' slip rate (see
       `demonstrations.demonstrations`).
+    repeat_run: most slips in a row, the same invalid try each (see
+      `demonstrations.demonstrations`).
     skill_fraction, analysis_fraction: shares of tasks with a skill-following
       episode and with an analysis example.
     search_hint: demonstrated search steps name the place they try.
@@ -430,8 +433,8 @@ def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
     buckets: prompt-length buckets (reply phase and evaluation).
     env: the game, one of `ENVS`. On "sokoban" the records come from
       `demonstrations_sokoban.demonstrations` and `shuffle_search`,
-      `repeat`, `search_hint`, `skill_relabel` and `rule_detail` do not
-      apply.
+      `repeat`, `repeat_run`, `search_hint`, `skill_relabel` and
+      `rule_detail` do not apply.
 
   Raises:
     ValueError: an unknown `env`, or a household-only option set on Sokoban.
@@ -452,7 +455,7 @@ def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
                 analysis_max_chars=analysis_max_chars)
   if env == sokoban_demos.ENV:
     given = dict(shuffle_search=shuffle_search, repeat=repeat,
-                 search_hint=search_hint, skill_relabel=skill_relabel,
+                 repeat_run=repeat_run, search_hint=search_hint, skill_relabel=skill_relabel,
                  rule_detail=rule_detail)
     wrong = sorted(k for k, v in given.items() if v != _HOUSEHOLD_ONLY[k])
     if wrong:
@@ -464,7 +467,7 @@ def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
   else:
     records = demos.demonstrations(
         **common, shuffle_search=shuffle_search, repeat=repeat,
-        search_hint=search_hint, skill_relabel=skill_relabel,
+        repeat_run=repeat_run, search_hint=search_hint, skill_relabel=skill_relabel,
         rule_detail=rule_detail)
     tokenizer = demo_tokenizer(records, vocab_size)
   config = demo_model_config(len(tokenizer), **dict(model or {}))

@@ -79,28 +79,41 @@ def _reply_text(task: str, why: str, action: str, *, hint: bool) -> str:
 
 
 def _scripted(pool: envs_base.EnvPool, make_expert: Callable[[int, Any], Any],
-              *, repeat: float = 0.0, seed: int = 0,
+              *, repeat: float = 0.0, repeat_run: int = 1, seed: int = 0,
               hint: bool = False) -> rollout_lib.GenerateFn:
   """A GenerateFn whose replies come from one expert per pool member.
 
   With probability `repeat` a member repeats its previous reply instead
   (action and reasoning; usually invalid: "go to" where it stands, "open"
   what is open), the slip a small policy makes; the expert acts on from
-  wherever that leaves it.
+  wherever that leaves it. A slip starts a run of 1 to `repeat_run` slips
+  (uniform): the run goes on while the repeated action is not admissible,
+  so that recovering from a try repeated several times is demonstrated, and
+  a valid action is never repeated on purpose. `repeat_run` 1 draws nothing
+  more (single slips, as before the option).
   `rollout` asks for the members in `pool.active()` order; the experts are
   built lazily, after the pool's reset. `hint`: see `reply`.
   """
   experts: dict[int, Any] = {}
-  last: dict[int, str] = {}  # member -> its previous reply
+  last: dict[int, tuple[str, str]] = {}  # member -> (reply, action)
+  more: dict[int, int] = {}  # member -> slips left in its run
   rng = random.Random(seed)
 
   def respond(i: int) -> str:
     if i not in experts:
       experts[i] = make_expert(i, pool.members[i])
+    if more.get(i):
+      more[i] -= 1
+      if last[i][1] not in pool.members[i].admissible_actions:
+        return last[i][0]
+      more[i] = 0
     if i in last and rng.random() < repeat:
-      return last[i]  # the world moved on; the reasoning did not
-    last[i] = reply(pool.members[i].world, experts[i].act(), hint=hint)
-    return last[i]
+      if repeat_run > 1:
+        more[i] = rng.randint(1, repeat_run) - 1
+      return last[i][0]  # the world moved on; the reasoning did not
+    action = experts[i].act()
+    last[i] = (reply(pool.members[i].world, action, hint=hint), action)
+    return last[i][0]
 
   return scripted_generate(pool, respond)
 
@@ -125,12 +138,14 @@ def scripted_generate(pool: envs_base.EnvPool,
 
 def _play(seeds: Sequence[int], make_expert: Callable[[int, Any], Any], *,
           max_steps: int, history_length: int, repeat: float = 0.0,
-          seed: int = 0, hint: bool = False) -> list[Episode]:
+          repeat_run: int = 1, seed: int = 0,
+          hint: bool = False) -> list[Episode]:
   """One expert episode per train-split seed (household, groups of one)."""
   pool = envs_base.EnvPool(ENV, num_groups=len(seeds), group_size=1,
                            split="train", max_steps=max_steps)
   result = rollout_lib.rollout(
-      _scripted(pool, make_expert, repeat=repeat, seed=seed, hint=hint), pool,
+      _scripted(pool, make_expert, repeat=repeat, repeat_run=repeat_run,
+                seed=seed, hint=hint), pool,
       jax.random.key(0), env_name=ENV, max_steps=max_steps,
       history_length=history_length, group_seeds=seeds)
   return result.episodes
@@ -269,7 +284,8 @@ def demonstrations(*, num_tasks: int, seed: int = 0, max_steps: int = 20,
                    skill_noise: float = 0.0, analysis_fraction: float = 0.5,
                    analysis_noise: Sequence[float] = (0.2, 0.5, 0.8),
                    analysis_max_chars: int | None = 3000,
-                   repeat: float = 0.1, task_offset: int = 0,
+                   repeat: float = 0.1, repeat_run: int = 1,
+                   task_offset: int = 0,
                    search_hint: bool = False, skill_relabel: bool = False,
                    rule_detail: str = "place") -> list[Record]:
   """Warm-start records from household train-split tasks.
@@ -307,6 +323,8 @@ def demonstrations(*, num_tasks: int, seed: int = 0, max_steps: int = 20,
     analysis_noise: noise levels of the analyzed episodes, cycled.
     analysis_max_chars: length budget of analysis prompts (RL's must match).
     repeat: probability of repeating the previous action (see `_scripted`).
+    repeat_run: most slips in a row, each the same try, while it stays
+      invalid (see `_scripted`).
     task_offset: first train-split seed index.
     search_hint: search steps name the place they try (see `reply`).
     skill_relabel: add the relabeled search steps described above.
@@ -317,6 +335,9 @@ def demonstrations(*, num_tasks: int, seed: int = 0, max_steps: int = 20,
     Records (stage1.FIELDS plus "kind"), acting ones first, in task order.
   """
   annotators.check_detail(rule_detail, ENV)
+  if isinstance(repeat_run, bool) or not isinstance(repeat_run, int) or (
+      repeat_run < 1):
+    raise ValueError(f"repeat_run must be an int >= 1, got {repeat_run!r}")
   annotate = lambda ep: annotators.annotate_strict(ep, rule_detail)
   seeds = envs_base.split_seeds("train", num_tasks, start=task_offset)
   rng = np.random.default_rng(seed)
@@ -331,7 +352,7 @@ def demonstrations(*, num_tasks: int, seed: int = 0, max_steps: int = 20,
         seed=seed * 1_000_003 + env.world.seed * 7 + salt)
 
   kw = dict(max_steps=max_steps, history_length=history_length,
-            repeat=repeat, hint=search_hint)
+            repeat=repeat, repeat_run=repeat_run, hint=search_hint)
   plain = _play(seeds, expert(False, noise, shuffle_search), seed=seed, **kw)
   records = [make_record(s.prompt, s.response, ep, "act")
              for ep in plain for s in ep.steps if s.action_valid]

@@ -72,6 +72,20 @@ def test_the_kind_demo_says_kinds_everywhere_the_rules_write_skills():
       "rule_detail"] == "kind"
 
 
+def test_the_recover_demo_is_the_kind_demo_with_slip_runs():
+  def demo_kwargs(path):
+    train.parse_gin([path], ["WORKDIR = '/unused'"], finalize=True)
+    kwargs = {k: _resolve(v) for k, v in
+              gin.query_parameter("policies.prepare.demo_kwargs").items()}
+    gin.clear_config()
+    return kwargs
+  kind = demo_kwargs("configs/experiments/demo_kind.gin")
+  recover = demo_kwargs("configs/experiments/demo_kind_recover.gin")
+  assert recover.pop("repeat_run") == 3
+  assert recover == kind
+  assert set(kind) <= set(inspect.signature(demo.warm_start).parameters)
+
+
 def test_default_main_job_is_the_demo():
   assert train.DEFAULT_GIN == "configs/experiments/demo.gin"
   gin.parse_config_files_and_bindings([train.DEFAULT_GIN], [],

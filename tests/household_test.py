@@ -191,6 +191,52 @@ def test_a_repeated_demonstration_reply_keeps_its_reasoning():
   assert again == first
 
 
+def _slip_runs(episodes_played):
+  """Per episode, the lengths of runs of two or more identical replies in a
+  row, and whether every repeat in such a run past the first slip was
+  invalid."""
+  lengths, only_invalid = [], True
+  for ep in episodes_played:
+    n = 1
+    for a, b in zip(ep.steps, ep.steps[1:]):
+      if b.response == a.response:
+        n += 1
+        if n > 2 and b.action_valid:
+          only_invalid = False
+      else:
+        lengths += [n] if n > 1 else []
+        n = 1
+    lengths += [n] if n > 1 else []
+  return lengths, only_invalid
+
+
+def test_slip_runs_repeat_an_invalid_try_and_then_recover():
+  """`repeat_run` makes a slip a run of the same try; with runs of up to 3
+  the demonstrations hold states where a try was repeated, invalid, two or
+  three times, each followed by the expert's own action."""
+  from seed_jax import demonstrations  # pylint: disable=g-import-not-at-top
+  seeds = envs.split_seeds("train", 24)
+  expert = lambda i, e: household.ExpertPlanner(e)
+  kw = dict(max_steps=30, history_length=2, repeat=0.2, seed=3)
+  single = demonstrations._play(seeds, expert, repeat_run=1, **kw)
+  runs = demonstrations._play(seeds, expert, repeat_run=3, **kw)
+  single_lengths, _ = _slip_runs(single)
+  lengths, only_invalid = _slip_runs(runs)
+  long_single = sum(n >= 3 for n in single_lengths)
+  assert sum(n >= 3 for n in lengths) >= max(3, 2 * long_single), (
+      lengths, single_lengths)
+  assert only_invalid  # a run goes on only while the try is invalid
+  recovered = sum(
+      ep.steps[j + 1].action_valid
+      for ep in runs for j in range(2, len(ep.steps) - 1)
+      if ep.steps[j].response == ep.steps[j - 1].response
+      == ep.steps[j - 2].response != ep.steps[j + 1].response)
+  assert recovered >= 3
+  assert sum(ep.success for ep in runs) >= 0.8 * len(runs)
+  with pytest.raises(ValueError, match="repeat_run must be an int >= 1"):
+    demonstrations.demonstrations(num_tasks=1, repeat_run=0)
+
+
 def test_task_wording_per_family():
   patterns = {
       "pick": r"put a \w+ (in|on) \w+",
