@@ -115,6 +115,8 @@ def test_grid_squares_are_tokens_of_their_own(records):
 def test_household_only_options_and_unknown_games_are_refused():
   with pytest.raises(ValueError, match="household-only.*search_hint"):
     demo.warm_start(env="sokoban", num_tasks=2, search_hint=True)
+  with pytest.raises(ValueError, match="household-only.*repeat_run"):
+    demo.warm_start(env="sokoban", num_tasks=2, repeat_run=3)
   with pytest.raises(ValueError, match="no demonstrations for env 'twx'"):
     demo.warm_start(env="twx", num_tasks=2)
   with pytest.raises(ValueError, match="is not the run's env_name"):
