@@ -377,7 +377,8 @@ _HOUSEHOLD_ONLY = dict(shuffle_search=False, repeat=0.1, repeat_run=1,
 def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
                history_length: int = 2, noise: float = 0.2,
                shuffle_search: bool = False, repeat: float = 0.1,
-               repeat_run: int = 1, skill_fraction: float = 0.5, analysis_fraction: float = 1.0,
+               repeat_run: int = 1, skill_fraction: float = 0.5,
+               analysis_fraction: float = 1.0,
                search_hint: bool = False, skill_relabel: bool = False,
                rule_detail: str = "place",
                analysis_max_chars: int | None = 3000, vocab_size: int = 2048,
@@ -453,11 +454,12 @@ def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
                 skill_fraction=skill_fraction,
                 analysis_fraction=analysis_fraction,
                 analysis_max_chars=analysis_max_chars)
+  household = dict(shuffle_search=shuffle_search, repeat=repeat,
+                   repeat_run=repeat_run, search_hint=search_hint,
+                   skill_relabel=skill_relabel, rule_detail=rule_detail)
   if env == sokoban_demos.ENV:
-    given = dict(shuffle_search=shuffle_search, repeat=repeat,
-                 repeat_run=repeat_run, search_hint=search_hint, skill_relabel=skill_relabel,
-                 rule_detail=rule_detail)
-    wrong = sorted(k for k, v in given.items() if v != _HOUSEHOLD_ONLY[k])
+    wrong = sorted(k for k, v in household.items()
+                   if v != _HOUSEHOLD_ONLY[k])
     if wrong:
       raise ValueError("household-only warm-start options set for sokoban: "
                        + ", ".join(wrong))
@@ -465,10 +467,7 @@ def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
     tokenizer = demo_tokenizer(records, vocab_size, names=SOKOBAN_NAMES,
                                cells=SOKOBAN_CELLS)
   else:
-    records = demos.demonstrations(
-        **common, shuffle_search=shuffle_search, repeat=repeat,
-        repeat_run=repeat_run, search_hint=search_hint, skill_relabel=skill_relabel,
-        rule_detail=rule_detail)
+    records = demos.demonstrations(**common, **household)
     tokenizer = demo_tokenizer(records, vocab_size)
   config = demo_model_config(len(tokenizer), **dict(model or {}))
   texts = transcripts(records, tokenizer, max_tokens=lm_tokens)

@@ -102,11 +102,10 @@ def _scripted(pool: envs_base.EnvPool, make_expert: Callable[[int, Any], Any],
   def respond(i: int) -> str:
     if i not in experts:
       experts[i] = make_expert(i, pool.members[i])
-    if more.get(i):
+    if more.get(i) and last[i][1] not in pool.members[i].admissible_actions:
       more[i] -= 1
-      if last[i][1] not in pool.members[i].admissible_actions:
-        return last[i][0]
-      more[i] = 0
+      return last[i][0]
+    more[i] = 0  # the run is over, or the try became valid
     if i in last and rng.random() < repeat:
       if repeat_run > 1:
         more[i] = rng.randint(1, repeat_run) - 1
