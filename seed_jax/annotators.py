@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
+from seed_jax.envs import household
 from seed_jax.episodes import Episode
 
 MAX_SKILL_CHARS = 300
@@ -19,6 +20,10 @@ MAX_SKILL_CHARS = 300
 # 3"), "kind" only its kind ("a cabinet"), so that a skill reads as advice
 # for other layouts, where the numbered place means nothing.
 DETAILS = ("place", "kind")
+# The rule `annotate(repeats=True)` adds for an episode that tried an action
+# again right after it, the second try invalid (`household.repeated_tries`).
+REPEAT_RULE = ("You tried an action again after it did nothing; when nothing "
+               "happens, do something else.")
 _PAST = {"clean": "cleaned", "heat": "heated", "cool": "cooled"}
 
 
@@ -39,19 +44,29 @@ def _invalid_note(ep: Episode) -> str:
   return ""
 
 
-def _clip(text: str) -> str:
-  if len(text) <= MAX_SKILL_CHARS:
+def _clip(text: str, limit: int = MAX_SKILL_CHARS) -> str:
+  if len(text) <= limit:
     return text
-  return text[:MAX_SKILL_CHARS - 3].rstrip() + "..."
+  return text[:limit - 3].rstrip() + "..."
 
 
-def annotate(episode: Episode, detail: str = "place"
-             ) -> dict[str, str] | None:
+def has_repeated_try(episode: Episode) -> bool:
+  """Whether some invalid step of `episode` tried the action of the step
+  before (`household.repeated_tries`: "go to desk 1" where it stands, or a
+  "take" that did nothing tried again)."""
+  return any(household.repeated_tries(household.tried_steps(episode.steps)))
+
+
+def annotate(episode: Episode, detail: str = "place", *,
+             repeats: bool = False) -> dict[str, str] | None:
   """Writes the hindsight analysis of one episode.
 
   Args:
     episode: a finished episode with `ground_truth` from its environment.
     detail: one of `DETAILS` ("kind": household only).
+    repeats: end the skill with `REPEAT_RULE` when the episode has a
+      repeated try (`has_repeated_try`), success or failure; the rest of the
+      skill is cut to leave it room.
 
   Returns:
     None when there is nothing to ground an analysis in (`episode.error` is
@@ -72,7 +87,16 @@ def annotate(episode: Episode, detail: str = "place"
     return None  # the environment raised, or its ground_truth() did
   summary, skill = _RULES[episode.env_name](episode, episode.ground_truth,
                                             detail)
+  if repeats and has_repeated_try(episode):
+    return {"episode_summary": summary,
+            "episode_skill": with_repeat_rule(skill)}
   return {"episode_summary": summary, "episode_skill": _clip(skill)}
+
+
+def with_repeat_rule(skill: str) -> str:
+  """`skill` ended with `REPEAT_RULE`, cut first to leave it room."""
+  rule = " " + REPEAT_RULE
+  return _clip(skill, MAX_SKILL_CHARS - len(rule)) + rule
 
 
 def check_env(env_name: str, who: str) -> None:
@@ -94,14 +118,14 @@ def check_detail(detail: str, env_name: str | None = None,
                      f"not {env_name!r}")
 
 
-def annotate_strict(episode: Episode, detail: str = "place"
-                    ) -> dict[str, str]:
+def annotate_strict(episode: Episode, detail: str = "place", *,
+                    repeats: bool = False) -> dict[str, str]:
   """`annotate` for scripted episodes, which must have ground truth.
 
   Raises:
     RuntimeError: naming the episode, when `annotate` returns None.
   """
-  analysis = annotate(episode, detail)
+  analysis = annotate(episode, detail, repeats=repeats)
   if analysis is None:
     raise RuntimeError(
         f"{episode.env_name} seed {episode.seed}: no ground truth to annotate "
@@ -118,13 +142,14 @@ class RuleTeacher:
     mode, max_critical_steps: the analysis settings the trainer checks
       against its RL config (critical steps are never written).
     detail: how the skills say where things were (one of `DETAILS`).
+    repeats: skills end with `REPEAT_RULE` after a repeated try (`annotate`).
   """
 
   def __init__(self, mode: str = "episode_only", max_critical_steps: int = 3,
-               detail: str = "place"):
+               detail: str = "place", *, repeats: bool = False):
     check_detail(detail)  # the game is checked where it is known
     self.mode, self.max_critical_steps = mode, max_critical_steps
-    self.detail = detail
+    self.detail, self.repeats = detail, repeats
 
   def annotate_many(self, episodes: Sequence[Episode],
                     prompts: Sequence[str] | None = None
@@ -132,7 +157,8 @@ class RuleTeacher:
     """One `annotate` per episode, in order (`prompts` are not needed); None
     for an episode without ground truth."""
     del prompts
-    return [annotate(ep, self.detail) for ep in episodes]
+    return [annotate(ep, self.detail, repeats=self.repeats)
+            for ep in episodes]
 
 
 # -- household -------------------------------------------------------------------

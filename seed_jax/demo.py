@@ -37,6 +37,7 @@ from seed_jax import skills
 from seed_jax import stage1
 from seed_jax import tokenizer as tokenizer_lib
 from seed_jax.envs import base as envs_base
+from seed_jax.envs import household as household_game
 from seed_jax.envs import household_world as hw
 from seed_jax.episodes import Episode
 
@@ -188,6 +189,14 @@ def _valid_ratio(result: rollout_lib.RolloutResult) -> float:
   return float(np.mean([s.action_valid for s in result.samples]))
 
 
+def _repeated_ratio(result: rollout_lib.RolloutResult) -> float:
+  """Share of the steps that try again the step before's invalid-now action
+  (`household.repeated_tries`)."""
+  flags = [f for ep in result.episodes for f in household_game.repeated_tries(
+      household_game.tried_steps(ep.steps))]
+  return float(np.mean(flags)) if flags else 0.0
+
+
 def _first_search_follows(episodes: Sequence[Episode],
                           member_skills: Sequence[str],
                           detail: str = "place") -> tuple[float, int]:
@@ -216,15 +225,18 @@ def evaluate_skills(policy: rollout_lib.Policy, params, *, split: str,
                     temperature: float = 0.4, rng: jax.Array,
                     analysis_max_chars: int | None = 3000,
                     analysis_max_new_tokens: int = 96,
-                    rule_detail: str = "place") -> dict[str, float]:
+                    rule_detail: str = "place",
+                    rule_repeats: bool = False) -> dict[str, float]:
   """Own-hindsight skill following and analysis parse rate.
 
   1. The policy plays `num_tasks` tasks of `split` without skills.
   2. It analyzes each of its episodes greedily (the RL self-analysis
      prompt); the replies are parsed with `skills.parse_analysis`.
   3. The rule-based annotator's skill for each episode (what Stage 1 teaches
-     the analyzer to write; `rule_detail`, `annotators.DETAILS`) goes into
-     the prompts of a second attempt at the same task.
+     the analyzer to write; `rule_detail`, `annotators.DETAILS`; with
+     `rule_repeats`, `annotators.REPEAT_RULE` after an episode with a
+     repeated try) goes into the prompts of a second attempt at the same
+     task.
 
   Returns:
     {"plain_success", "plain_valid", "skill_success", "skill_valid",
@@ -234,7 +246,9 @@ def evaluate_skills(policy: rollout_lib.Policy, params, *, split: str,
     names: without the skill that is the baseline (chance in the household
     game; on Sokoban, what reading the grid gives), with it, following),
     "plain_follow_episodes", "skill_follow_episodes" (how many episodes
-    those shares count), "parse_rate",
+    those shares count), "plain_repeated", "skill_repeated" (share of steps
+    that are invalid tries of the step before's action,
+    `household.repeated_tries`), "parse_rate",
     "analysis_skill_f1" (parsed skill vs the annotator's, averaged over
     every episode, an unparsed analysis counting 0),
     "analysis_prompts_cut" (analysis prompts with steps cut in the middle,
@@ -273,8 +287,8 @@ def evaluate_skills(policy: rollout_lib.Policy, params, *, split: str,
   gens = iter(analyst.generate(params, fitted, rng_an, sampler_lib.Greedy())
               if fitted else [])
   parse, f1 = skills.ParseStats(), []
-  hindsight = [annotators.annotate_strict(ep, rule_detail)["episode_skill"]
-               for ep in eps]
+  hindsight = [annotators.annotate_strict(
+      ep, rule_detail, repeats=rule_repeats)["episode_skill"] for ep in eps]
   for b, ref in zip(built, hindsight):
     if b is None:  # RL analyzes no such episode: it counts as unparsed.
       parse.record(skills.ParseError("prompt_too_long", ""))
@@ -298,6 +312,8 @@ def evaluate_skills(policy: rollout_lib.Policy, params, *, split: str,
       "plain_valid": _valid_ratio(plain),
       "skill_success": float(np.mean([e.success for e in second.episodes])),
       "skill_valid": _valid_ratio(second),
+      "plain_repeated": _repeated_ratio(plain),
+      "skill_repeated": _repeated_ratio(second),
       "parse_rate": parse.rate, "analysis_skill_f1": float(np.mean(f1)),
       "analysis_prompts_cut": float(sum(b is not None and b.steps_cut > 0
                                         for b in built)),
@@ -371,7 +387,7 @@ def _round_up(n: int, multiple: int) -> int:
 # warm_start's household-only options, at their defaults.
 _HOUSEHOLD_ONLY = dict(shuffle_search=False, repeat=0.1, repeat_run=1,
                        search_hint=False, skill_relabel=False,
-                       rule_detail="place")
+                       rule_detail="place", rule_repeats=False)
 
 
 def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
@@ -380,7 +396,7 @@ def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
                repeat_run: int = 1, skill_fraction: float = 0.5,
                analysis_fraction: float = 1.0,
                search_hint: bool = False, skill_relabel: bool = False,
-               rule_detail: str = "place",
+               rule_detail: str = "place", rule_repeats: bool = False,
                analysis_max_chars: int | None = 3000, vocab_size: int = 2048,
                model: dict[str, Any] | None = None,
                lm_epochs: int = 1, lm_tokens: int = 512,
@@ -416,6 +432,9 @@ def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
       `demonstrations.demonstrations`).
     rule_detail: how the annotator's skills say where things were
       (`annotators.DETAILS`), in the demonstrations and `evaluate_skills`.
+    rule_repeats: skills end with a rule against repeated tries, and only
+      the demonstrations without it repeat one (see
+      `demonstrations.demonstrations`); also in `evaluate_skills`.
     analysis_max_chars: analysis prompt budget (the RL run's).
     vocab_size: BPE vocabulary size (the tokenizer may stop short of it).
     model: keyword arguments of `demo_model_config`.
@@ -434,8 +453,8 @@ def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
     buckets: prompt-length buckets (reply phase and evaluation).
     env: the game, one of `ENVS`. On "sokoban" the records come from
       `demonstrations_sokoban.demonstrations` and `shuffle_search`,
-      `repeat`, `repeat_run`, `search_hint`, `skill_relabel` and
-      `rule_detail` do not apply.
+      `repeat`, `repeat_run`, `search_hint`, `skill_relabel`,
+      `rule_detail` and `rule_repeats` do not apply.
 
   Raises:
     ValueError: an unknown `env`, or a household-only option set on Sokoban.
@@ -456,7 +475,8 @@ def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
                 analysis_max_chars=analysis_max_chars)
   household = dict(shuffle_search=shuffle_search, repeat=repeat,
                    repeat_run=repeat_run, search_hint=search_hint,
-                   skill_relabel=skill_relabel, rule_detail=rule_detail)
+                   skill_relabel=skill_relabel, rule_detail=rule_detail,
+                   rule_repeats=rule_repeats)
   if env == sokoban_demos.ENV:
     wrong = sorted(k for k, v in household.items()
                    if v != _HOUSEHOLD_ONLY[k])
@@ -530,7 +550,7 @@ def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
                           temperature=temperature, rng=rng_eval,
                           analysis_max_chars=analysis_max_chars,
                           analysis_max_new_tokens=analysis_max_new_tokens,
-                          rule_detail=rule_detail)
+                          rule_detail=rule_detail, rule_repeats=rule_repeats)
     report.update({f"skills/{k}": v for k, v in out.items()})
     logging.info(
         "demo warm start on %d seen tasks: success %.3f without a skill, "

@@ -29,6 +29,7 @@ from seed_jax import envs
 from seed_jax import rollout as rollout_lib
 from seed_jax import skills
 from seed_jax.envs import base as envs_base
+from seed_jax.envs import household
 from seed_jax.envs import household_world as hw
 from seed_jax.episodes import Episode
 
@@ -200,6 +201,14 @@ def _names_lamp_kind(skill: str, place: str) -> bool:
                    rf"{k})\b", skill) is not None
 
 
+def _taught(ep: Episode, *, slips: bool) -> list:
+  """The steps of `ep` that records teach: the valid ones, and with `slips`
+  also the invalid repeated tries (`household.repeated_tries`)."""
+  tried = household.repeated_tries(household.tried_steps(ep.steps))
+  return [s for s, again in zip(ep.steps, tried)
+          if s.action_valid or (slips and again)]
+
+
 def make_record(prompt: str, response: str, ep: Episode,
                 kind: str) -> Record:
   """One record of `kind` from a step's prompt and response in `ep`."""
@@ -286,7 +295,8 @@ def demonstrations(*, num_tasks: int, seed: int = 0, max_steps: int = 20,
                    repeat: float = 0.1, repeat_run: int = 1,
                    task_offset: int = 0,
                    search_hint: bool = False, skill_relabel: bool = False,
-                   rule_detail: str = "place") -> list[Record]:
+                   rule_detail: str = "place",
+                   rule_repeats: bool = False) -> list[Record]:
   """Warm-start records from household train-split tasks.
 
   Per task (seed s of the train split):
@@ -309,6 +319,16 @@ def demonstrations(*, num_tasks: int, seed: int = 0, max_steps: int = 20,
       imperfect episode (noise cycling over `analysis_noise`, so failures
       appear too) -> json.dumps(annotators.annotate_strict(episode)).
 
+  With `rule_repeats` the annotator's skills end with
+  `annotators.REPEAT_RULE` when their episode tried an action again right
+  after it (a slip), and the rule is what a skill changes: the "act" records
+  also keep the slips (the invalid repeated tries, runs of up to
+  `repeat_run`), as the small policy makes them; a skill-following episode
+  whose imperfect episode had a slip has the rule added to its skill and
+  makes single slips only, each followed by the expert's action, and keeps
+  valid steps only; one without keeps its slips like the "act" records. So
+  without the rule a failed try is sometimes tried again, with it never.
+
   Args:
     num_tasks: train-split tasks.
     seed: seeds the experts' noise and the task subsets.
@@ -329,6 +349,7 @@ def demonstrations(*, num_tasks: int, seed: int = 0, max_steps: int = 20,
     skill_relabel: add the relabeled search steps described above.
     rule_detail: how the annotator's skills say where things were
       (`annotators.DETAILS`); skill following reads them the same way.
+    rule_repeats: skills name repeated tries and are followed (above).
 
   Returns:
     Records (stage1.FIELDS plus "kind"), acting ones first, in task order.
@@ -337,7 +358,8 @@ def demonstrations(*, num_tasks: int, seed: int = 0, max_steps: int = 20,
   if isinstance(repeat_run, bool) or not isinstance(repeat_run, int) or (
       repeat_run < 1):
     raise ValueError(f"repeat_run must be an int >= 1, got {repeat_run!r}")
-  annotate = lambda ep: annotators.annotate_strict(ep, rule_detail)
+  annotate = lambda ep: annotators.annotate_strict(ep, rule_detail,
+                                                   repeats=rule_repeats)
   seeds = envs_base.split_seeds("train", num_tasks, start=task_offset)
   rng = np.random.default_rng(seed)
   order = rng.permutation(num_tasks)
@@ -354,19 +376,26 @@ def demonstrations(*, num_tasks: int, seed: int = 0, max_steps: int = 20,
             repeat=repeat, repeat_run=repeat_run, hint=search_hint)
   plain = _play(seeds, expert(False, noise, shuffle_search), seed=seed, **kw)
   records = [make_record(s.prompt, s.response, ep, "act")
-             for ep in plain for s in ep.steps if s.action_valid]
-  idx = sorted(with_skill)
-  if idx:
+             for ep in plain for s in _taught(ep, slips=rule_repeats)]
+  ruled = {i for i in with_skill
+           if rule_repeats and annotators.has_repeated_try(plain[i])}
+  for idx, run in ((sorted(with_skill - ruled), repeat_run),
+                   (sorted(ruled), 1)):
+    if not idx:
+      continue
     better = _play([seeds[i] for i in idx], expert(True, skill_noise, salt=1),
-                   seed=seed + 1, **kw)
+                   seed=seed + 1, **{**kw, "repeat_run": run})
     for i, ep in zip(idx, better):
-      skill = annotate(plain[i])["episode_skill"]
+      skill = annotators.annotate_strict(plain[i], rule_detail)[
+          "episode_skill"]
       if not _names_start(skill, ep, rule_detail):
-        skill = annotate(ep)["episode_skill"]
+        skill = annotators.annotate_strict(ep, rule_detail)["episode_skill"]
+      if i in ruled:
+        skill = annotators.with_repeat_rule(skill)
       records += [make_record(skills.build_skill_prompt(s.prompt, skill),
-                          s.response, ep, "skill")
-                  for s in ep.steps
-                  if s.action_valid and _explained(s, skill, rule_detail)]
+                              s.response, ep, "skill")
+                  for s in _taught(ep, slips=rule_repeats and i not in ruled)
+                  if _explained(s, skill, rule_detail)]
   if skill_relabel:
     for ep in plain:
       records += _relabeled(ep, annotate(ep)["episode_skill"],

@@ -361,7 +361,8 @@ def restore_params(workdir: epath.PathLike, rl_trainer, step: int):
 # these score the same params alike. Any other field (max_new_tokens,
 # prompt_buckets, ...) is part of an evaluation's `fingerprint`.
 TRAINING_ONLY = frozenset({
-    "variant", "analyzer", "rule_detail", "num_groups", "group_size",
+    "variant", "analyzer", "rule_detail", "rule_repeats", "num_groups",
+    "group_size",
     "analysis_max_new_tokens", "analysis_mode", "analysis_max_chars",
     "analysis_max_prompt_tokens", "max_critical_steps", "mini_batch_size",
     "micro_batches", "ppo_epochs", "adv_norm", "adv_stats_over",

@@ -58,6 +58,7 @@ class Stage1Config:
   """Stage 1: roll out, annotate, fine-tune on (analysis prompt -> JSON).
 
   Raises ValueError when built with an unknown annotator or analysis_mode,
+  a rule_detail other than "place" or rule_repeats for a teacher,
   a size or count below 1, a learning_rate not positive and finite, or a
   max_prompt_tokens over the largest bucket: before the warm start trains.
   """
@@ -72,6 +73,9 @@ class Stage1Config:
   # How the rule annotator's skills say where things were (household: a
   # place, or only its kind; `annotators.DETAILS`).
   rule_detail: str = "place"
+  # The rule annotator ends a skill with a rule against repeated tries when
+  # its episode has one (`annotators.annotate(repeats=True)`).
+  rule_repeats: bool = False
   epochs: int = 3
   batch_size: int = 8
   learning_rate: float = 1e-5
@@ -104,6 +108,9 @@ class Stage1Config:
     if self.rule_detail != "place" and self.annotator != "rule":
       raise ValueError(f"Stage1Config.rule_detail={self.rule_detail!r} is "
                        f"for annotator='rule', not {self.annotator!r}")
+    if self.rule_repeats and self.annotator != "rule":
+      raise ValueError(f"Stage1Config.rule_repeats is for annotator='rule', "
+                       f"not {self.annotator!r}")
     if self.analysis_mode not in skills.MODES:
       raise ValueError(f"Stage1Config.analysis_mode must be one of "
                        f"{skills.MODES}, got {self.analysis_mode!r}")
@@ -353,7 +360,8 @@ def run_stage1(policy: Policy, cfg: Stage1Config, workdir: epath.Path, *,
                                  buckets=cfg.buckets)
   gen = lambda p, r: rl_policy.generate(policy.params, p, r,
                                         sampler_lib.Temperature(1.0))
-  annotator = (functools.partial(annotators.annotate, detail=cfg.rule_detail)
+  annotator = (functools.partial(annotators.annotate, detail=cfg.rule_detail,
+                                 repeats=cfg.rule_repeats)
                if cfg.annotator == "rule" else teacher)
   if annotator is None:
     raise ValueError("Stage 1 with annotator='teacher' needs a teacher")

@@ -100,7 +100,7 @@ def check_analyzer(rl: RLConfig, env_name: str, teacher=None):
     annotators.check_env(env_name, "analyzer='rules'")
     annotators.check_detail(rl.rule_detail, env_name, name="rule_detail")
     return annotators.RuleTeacher(rl.analysis_mode, rl.max_critical_steps,
-                                  rl.rule_detail)
+                                  rl.rule_detail, repeats=rl.rule_repeats)
   if rl.analyzes and rl.analyzer == "external":
     if teacher is None:
       raise ValueError("analyzer='external' needs a teacher (an "

@@ -66,6 +66,9 @@ class RLConfig:
   rule_detail: how analyzer="rules" says where things were, one of
     `annotators.DETAILS` ("kind": household only); the other analyzers
     ignore it.
+  rule_repeats: analyzer="rules" ends a skill with
+    `annotators.REPEAT_RULE` when its episode has a repeated try (as
+    Stage1Config.rule_repeats teaches the policy to); others ignore it.
   analysis_mode: "episode_only", or "episode_step": the analysis also names
     at most `max_critical_steps` critical steps, and a sample at such a step
     is re-scored with the critical-step block after the episode block.
@@ -89,6 +92,7 @@ class RLConfig:
   variant: str = "seed"
   analyzer: str = "self"
   rule_detail: str = "place"
+  rule_repeats: bool = False
   num_groups: int = 16  # B
   group_size: int = 8  # N
   max_steps: int = 30

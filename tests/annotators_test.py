@@ -186,6 +186,38 @@ def test_invalid_actions_are_called_out():
       "episode_skill"]
 
 
+def _tried(ep):
+  """`ep` with replies that ask for its actions, as a policy's would."""
+  for s in ep.steps:
+    s.response = f"<think>x</think><action>{s.action}</action>"
+  return ep
+
+
+def test_the_repeat_rule_follows_a_repeated_try_only():
+  env = _household("pick", max_steps=5)
+  env.reset(0)
+  there, elsewhere = [a for a in env.admissible_actions
+                      if a.startswith("go to ")][:2]
+  again = _tried(_episode(env, 0, [there, there, elsewhere]))
+  assert [s.action_valid for s in again.steps] == [True, False, True]
+  moved = _tried(_episode(env, 0, [there, elsewhere]))
+  assert annotators.has_repeated_try(again)
+  assert not annotators.has_repeated_try(moved)
+  plain = annotators.annotate(again)["episode_skill"]
+  ruled = annotators.annotate(again, repeats=True)["episode_skill"]
+  assert annotators.REPEAT_RULE not in plain
+  assert ruled == plain + " " + annotators.REPEAT_RULE
+  assert annotators.REPEAT_RULE not in annotators.annotate(
+      moved, repeats=True)["episode_skill"]
+  teacher = annotators.RuleTeacher(detail="kind", repeats=True)
+  assert teacher.annotate_many([again])[0]["episode_skill"].endswith(
+      annotators.REPEAT_RULE)
+  # A long skill is cut to leave the rule whole.
+  long = annotators.with_repeat_rule("word " * 100)
+  assert long.endswith("... " + annotators.REPEAT_RULE)
+  assert len(long) <= annotators.MAX_SKILL_CHARS
+
+
 def test_sokoban_fatal_push():
   env = envs.make("sokoban")
   env.load_text("######\n#_XPO#\n#____#\n######")

@@ -86,6 +86,25 @@ def test_the_recover_demo_is_the_kind_demo_with_slip_runs():
   assert set(kind) <= set(inspect.signature(demo.warm_start).parameters)
 
 
+def test_the_repeats_demo_is_the_recover_demo_with_the_repeat_rule():
+  def parsed(path):
+    train.parse_gin([path], ["WORKDIR = '/unused'"], finalize=True)
+    kwargs = {k: _resolve(v) for k, v in
+              gin.query_parameter("policies.prepare.demo_kwargs").items()}
+    rules = (gin.get_configurable(policies.Stage1Config)().rule_repeats,
+             gin.get_configurable(trainer.RLConfig)().rule_repeats)
+    gin.clear_config()
+    return kwargs, rules
+  recover, recover_rules = parsed("configs/experiments/demo_kind_recover.gin")
+  repeats, rules = parsed("configs/experiments/demo_kind_repeats.gin")
+  assert recover_rules == (False, False)
+  # Every writer of rule skills adds the rule: warm start, Stage 1, oracle.
+  assert rules == (True, True)
+  assert repeats.pop("rule_repeats") is True
+  assert repeats == recover
+  assert "rule_repeats" in inspect.signature(demo.warm_start).parameters
+
+
 def test_default_main_job_is_the_demo():
   assert train.DEFAULT_GIN == "configs/experiments/demo.gin"
   gin.parse_config_files_and_bindings([train.DEFAULT_GIN], [],

@@ -371,7 +371,8 @@ def test_miniature_warm_start_end_to_end():
   for key in ("seen/success", "unseen/success", "skills/plain_success",
               "skills/skill_success", "skills/parse_rate",
               "skills/plain_valid", "skills/plain_first_search_follows",
-              "skills/skill_first_search_follows"):
+              "skills/skill_first_search_follows", "skills/plain_repeated",
+              "skills/skill_repeated"):
     assert 0.0 <= report[key] <= 1.0, key
   assert report["seconds/total"] > 0
 

@@ -211,20 +211,22 @@ def test_gaps_cli_with_the_rules_as_analyst(tiny_run, tmp_path, monkeypatch):
   written, details = [], set()
   real = annotators.annotate
 
-  def annotate(ep, detail="place"):
+  def annotate(ep, detail="place", *, repeats=False):
     written.append(ep)
-    details.add(detail)
-    return real(ep, detail)
+    details.add((detail, repeats))
+    return real(ep, detail, repeats=repeats)
 
   monkeypatch.setattr(annotators, "annotate", annotate)
   with open(os.path.join(run_dir, "config.gin"), "a") as f:
-    f.write("trainer.RLConfig.rule_detail = 'kind'\n")
+    f.write("trainer.RLConfig.rule_detail = 'kind'\n"
+            "trainer.RLConfig.rule_repeats = True\n")
   report = gaps.main(["--workdir", run_dir, "--batches", "1",
                       "--analyzer", "rules"])
   # Every episode gets the annotator's skill, so every sample is scored
   # under it (a random tiny policy's own analyses rarely parse).
   assert report["analyzer"] == "rules" and written
-  assert details == {"kind"}  # the run's trainer.RLConfig.rule_detail
+  # The run's trainer.RLConfig.rule_detail and rule_repeats.
+  assert details == {("kind", True)}
   # tiny.gin plays 2 groups of 2 episodes per batch; the report counts them.
   assert (report["episodes"], report["groups"]) == (len(written), 2) == (4, 2)
   assert report["won_episodes"] == sum(bool(ep.success) for ep in written)

@@ -8,6 +8,7 @@ import pytest
 
 from seed_jax import envs
 from seed_jax import episodes
+from seed_jax import prompts
 from seed_jax.envs import household
 from seed_jax.envs import household_world as hw
 
@@ -235,6 +236,39 @@ def test_slip_runs_repeat_an_invalid_try_and_then_recover():
   assert sum(ep.success for ep in runs) >= 0.8 * len(runs)
   with pytest.raises(ValueError, match="repeat_run must be an int >= 1"):
     demonstrations.demonstrations(num_tasks=1, repeat_run=0)
+
+
+def _invalid_record(record):
+  """Whether a record's reply asks for an action its prompt does not list
+  as admissible (a demonstrated slip)."""
+  listed = record["prompt"].rsplit("admissible actions", 1)[-1]
+  return f"'{prompts.attempted_action(record['response'])}'" not in listed
+
+
+def test_rule_repeats_makes_the_rule_what_a_skill_changes():
+  """With `rule_repeats`, demonstrations without the repeat rule in the
+  prompt keep their slips as replies to learn, and those with it none."""
+  from seed_jax import annotators  # pylint: disable=g-import-not-at-top
+  from seed_jax import demonstrations  # pylint: disable=g-import-not-at-top
+  kw = dict(num_tasks=40, repeat=0.2, repeat_run=3, skill_fraction=1.0,
+            rule_detail="kind", shuffle_search=True, seed=1)
+  before = demonstrations.demonstrations(**kw)
+  records = demonstrations.demonstrations(**kw, rule_repeats=True)
+  rule = annotators.REPEAT_RULE
+  assert not any(_invalid_record(r) for r in before if r["kind"] != "analysis")
+  assert not any(rule in r["prompt"] + r["response"] for r in before)
+  act = [r for r in records if r["kind"] == "act"]
+  ruled = [r for r in records if r["kind"] == "skill" and rule in r["prompt"]]
+  unruled = [r for r in records
+             if r["kind"] == "skill" and rule not in r["prompt"]]
+  # The same valid acting steps, and the slips besides.
+  assert [r for r in act if not _invalid_record(r)] == [
+      r for r in before if r["kind"] == "act"]
+  assert sum(map(_invalid_record, act)) >= 0.05 * len(act)
+  assert len(ruled) >= 50 and not any(map(_invalid_record, ruled))
+  assert unruled and any(map(_invalid_record, unruled))
+  analyses = [r["response"] for r in records if r["kind"] == "analysis"]
+  assert any(rule in a for a in analyses)
 
 
 def test_task_wording_per_family():

@@ -733,23 +733,26 @@ def test_stage1_config_refuses_bad_values_when_built(field, value, message):
   with pytest.raises(ValueError, match="rule_detail='kind' is for "
                      "annotator='rule', not 'teacher'"):
     policies.Stage1Config(annotator="teacher", rule_detail="kind")
+  with pytest.raises(ValueError, match="rule_repeats is for "
+                     "annotator='rule', not 'teacher'"):
+    policies.Stage1Config(annotator="teacher", rule_repeats=True)
 
 
 def test_stage1_annotates_with_the_rule_detail_asked(tmp_path, monkeypatch):
   asked, annotate = [], annotators.annotate
 
-  def recorded(episode, detail="place"):
-    asked.append(detail)
-    return annotate(episode, detail)
+  def recorded(episode, detail="place", *, repeats=False):
+    asked.append((detail, repeats))
+    return annotate(episode, detail, repeats=repeats)
 
   monkeypatch.setattr(annotators, "annotate", recorded)
   cfg = policies.Stage1Config(num_tasks=1, group_size=2, max_steps=2,
                               history_length=1, epochs=1, batch_size=2,
-                              rule_detail="kind",
+                              rule_detail="kind", rule_repeats=True,
                               buckets=(256, 512, 1024, 1536))
   policies.run_stage1(testing.tiny_policy(), cfg, tmp_path,
                       env_name="household", max_new_tokens=8)
-  assert asked == ["kind", "kind"]
+  assert asked == [("kind", True), ("kind", True)]
   with pytest.raises(ValueError, match="Stage1Config.rule_detail 'kind' is "
                      "for the household game"):
     policies.run_stage1(None, cfg, tmp_path / "sokoban", env_name="sokoban",

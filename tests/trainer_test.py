@@ -346,10 +346,11 @@ def test_rules_analyzer_writes_the_annotators_skills(policy):
 
 
 def test_rules_analyzer_takes_the_rule_detail(policy):
-  rl = trainer_lib.RLConfig(analyzer="rules", rule_detail="kind")
+  rl = trainer_lib.RLConfig(analyzer="rules", rule_detail="kind",
+                            rule_repeats=True)
   trainer = trainer_lib.RLTrainer(policy.config, policy.tokenizer, rl,
                                   env_name="household", tx=optax.sgd(0.0))
-  assert trainer.teacher.detail == "kind"
+  assert trainer.teacher.detail == "kind" and trainer.teacher.repeats
   with pytest.raises(ValueError, match="rule_detail 'kind' is for the "
                      "household game, not 'sokoban'"):
     trainer_lib.RLTrainer(policy.config, policy.tokenizer, rl,
