@@ -226,7 +226,8 @@ def evaluate_skills(policy: rollout_lib.Policy, params, *, split: str,
                     analysis_max_chars: int | None = 3000,
                     analysis_max_new_tokens: int = 96,
                     rule_detail: str = "place",
-                    rule_repeats: bool = False) -> dict[str, float]:
+                    rule_repeats: bool = False,
+                    invalid_action: str = "no_op") -> dict[str, float]:
   """Own-hindsight skill following and analysis parse rate.
 
   1. The policy plays `num_tasks` tasks of `split` without skills.
@@ -237,6 +238,8 @@ def evaluate_skills(policy: rollout_lib.Policy, params, *, split: str,
      `rule_repeats`, `annotators.REPEAT_RULE` after an episode with a
      repeated try) goes into the prompts of a second attempt at the same
      task.
+  Both attempts send `invalid_action` for an inadmissible action
+  (`rollout.rollout`).
 
   Returns:
     {"plain_success", "plain_valid", "skill_success", "skill_valid",
@@ -269,7 +272,8 @@ def evaluate_skills(policy: rollout_lib.Policy, params, *, split: str,
     return rollout_lib.rollout(gen, pool, rng_play, env_name=env,
                                max_steps=max_steps,
                                history_length=history_length,
-                               group_seeds=seeds)
+                               group_seeds=seeds,
+                               invalid_action=invalid_action)
 
   plain = play(rng_plain)
   eps = plain.episodes
@@ -387,7 +391,8 @@ def _round_up(n: int, multiple: int) -> int:
 # warm_start's household-only options, at their defaults.
 _HOUSEHOLD_ONLY = dict(shuffle_search=False, repeat=0.1, repeat_run=1,
                        search_hint=False, skill_relabel=False,
-                       rule_detail="place", rule_repeats=False)
+                       rule_detail="place", rule_repeats=False,
+                       invalid_action="no_op")
 
 
 def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
@@ -397,6 +402,7 @@ def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
                analysis_fraction: float = 1.0,
                search_hint: bool = False, skill_relabel: bool = False,
                rule_detail: str = "place", rule_repeats: bool = False,
+               invalid_action: str = "no_op",
                analysis_max_chars: int | None = 3000, vocab_size: int = 2048,
                model: dict[str, Any] | None = None,
                lm_epochs: int = 1, lm_tokens: int = 512,
@@ -435,6 +441,9 @@ def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
     rule_repeats: skills end with a rule against repeated tries, and only
       the demonstrations without it repeat one (see
       `demonstrations.demonstrations`); also in `evaluate_skills`.
+    invalid_action: what an inadmissible action sends, in the
+      demonstrations and the evaluations (`prompts.INVALID_ACTIONS`; the RL
+      run's).
     analysis_max_chars: analysis prompt budget (the RL run's).
     vocab_size: BPE vocabulary size (the tokenizer may stop short of it).
     model: keyword arguments of `demo_model_config`.
@@ -454,7 +463,7 @@ def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
     env: the game, one of `ENVS`. On "sokoban" the records come from
       `demonstrations_sokoban.demonstrations` and `shuffle_search`,
       `repeat`, `repeat_run`, `search_hint`, `skill_relabel`,
-      `rule_detail` and `rule_repeats` do not apply.
+      `rule_detail`, `rule_repeats` and `invalid_action` do not apply.
 
   Raises:
     ValueError: an unknown `env`, or a household-only option set on Sokoban.
@@ -476,7 +485,7 @@ def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
   household = dict(shuffle_search=shuffle_search, repeat=repeat,
                    repeat_run=repeat_run, search_hint=search_hint,
                    skill_relabel=skill_relabel, rule_detail=rule_detail,
-                   rule_repeats=rule_repeats)
+                   rule_repeats=rule_repeats, invalid_action=invalid_action)
   if env == sokoban_demos.ENV:
     wrong = sorted(k for k, v in household.items()
                    if v != _HOUSEHOLD_ONLY[k])
@@ -539,7 +548,8 @@ def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
     out = evaluate_lib.evaluate_split(
         policy, params, env_name=env, split=split, num_tasks=eval_tasks,
         max_steps=max_steps, history_length=history_length,
-        temperature=temperature, rng=sub, batch_groups=eval_tasks)
+        temperature=temperature, rng=sub, batch_groups=eval_tasks,
+        invalid_action=invalid_action)
     report.update({f"{split[5:]}/{k}": v for k, v in out.items()})
   times["seconds/eval"] = time.time() - t
   t = time.time()
@@ -550,7 +560,8 @@ def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
                           temperature=temperature, rng=rng_eval,
                           analysis_max_chars=analysis_max_chars,
                           analysis_max_new_tokens=analysis_max_new_tokens,
-                          rule_detail=rule_detail, rule_repeats=rule_repeats)
+                          rule_detail=rule_detail, rule_repeats=rule_repeats,
+                          invalid_action=invalid_action)
     report.update({f"skills/{k}": v for k, v in out.items()})
     logging.info(
         "demo warm start on %d seen tasks: success %.3f without a skill, "

@@ -26,6 +26,7 @@ import numpy as np
 
 from seed_jax import annotators
 from seed_jax import envs
+from seed_jax import prompts as prompts_lib
 from seed_jax import rollout as rollout_lib
 from seed_jax import skills
 from seed_jax.envs import base as envs_base
@@ -138,16 +139,18 @@ def scripted_generate(pool: envs_base.EnvPool,
 
 def _play(seeds: Sequence[int], make_expert: Callable[[int, Any], Any], *,
           max_steps: int, history_length: int, repeat: float = 0.0,
-          repeat_run: int = 1, seed: int = 0,
-          hint: bool = False) -> list[Episode]:
-  """One expert episode per train-split seed (household, groups of one)."""
+          repeat_run: int = 1, seed: int = 0, hint: bool = False,
+          invalid_action: str = "no_op") -> list[Episode]:
+  """One expert episode per train-split seed (household, groups of one);
+  `invalid_action` as in `rollout.rollout`."""
   pool = envs_base.EnvPool(ENV, num_groups=len(seeds), group_size=1,
                            split="train", max_steps=max_steps)
   result = rollout_lib.rollout(
       _scripted(pool, make_expert, repeat=repeat, repeat_run=repeat_run,
                 seed=seed, hint=hint), pool,
       jax.random.key(0), env_name=ENV, max_steps=max_steps,
-      history_length=history_length, group_seeds=seeds)
+      history_length=history_length, group_seeds=seeds,
+      invalid_action=invalid_action)
   return result.episodes
 
 
@@ -296,7 +299,8 @@ def demonstrations(*, num_tasks: int, seed: int = 0, max_steps: int = 20,
                    task_offset: int = 0,
                    search_hint: bool = False, skill_relabel: bool = False,
                    rule_detail: str = "place",
-                   rule_repeats: bool = False) -> list[Record]:
+                   rule_repeats: bool = False,
+                   invalid_action: str = "no_op") -> list[Record]:
   """Warm-start records from household train-split tasks.
 
   Per task (seed s of the train split):
@@ -350,6 +354,10 @@ def demonstrations(*, num_tasks: int, seed: int = 0, max_steps: int = 20,
     rule_detail: how the annotator's skills say where things were
       (`annotators.DETAILS`); skill following reads them the same way.
     rule_repeats: skills name repeated tries and are followed (above).
+    invalid_action: what a slip's inadmissible action sends
+      (`prompts.INVALID_ACTIONS`; the RL run's): "no_op", and the next
+      prompts show the no-op; "as_written", and they show the action tried
+      and "Nothing happens.", so that a rule about it can be followed.
 
   Returns:
     Records (stage1.FIELDS plus "kind"), acting ones first, in task order.
@@ -358,6 +366,7 @@ def demonstrations(*, num_tasks: int, seed: int = 0, max_steps: int = 20,
   if isinstance(repeat_run, bool) or not isinstance(repeat_run, int) or (
       repeat_run < 1):
     raise ValueError(f"repeat_run must be an int >= 1, got {repeat_run!r}")
+  prompts_lib.check_invalid_action(invalid_action)
   annotate = lambda ep: annotators.annotate_strict(ep, rule_detail,
                                                    repeats=rule_repeats)
   seeds = envs_base.split_seeds("train", num_tasks, start=task_offset)
@@ -373,7 +382,8 @@ def demonstrations(*, num_tasks: int, seed: int = 0, max_steps: int = 20,
         seed=seed * 1_000_003 + env.world.seed * 7 + salt)
 
   kw = dict(max_steps=max_steps, history_length=history_length,
-            repeat=repeat, repeat_run=repeat_run, hint=search_hint)
+            repeat=repeat, repeat_run=repeat_run, hint=search_hint,
+            invalid_action=invalid_action)
   plain = _play(seeds, expert(False, noise, shuffle_search), seed=seed, **kw)
   records = [make_record(s.prompt, s.response, ep, "act")
              for ep in plain for s in _taught(ep, slips=rule_repeats)]

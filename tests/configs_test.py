@@ -91,18 +91,23 @@ def test_the_repeats_demo_is_the_recover_demo_with_the_repeat_rule():
     train.parse_gin([path], ["WORKDIR = '/unused'"], finalize=True)
     kwargs = {k: _resolve(v) for k, v in
               gin.query_parameter("policies.prepare.demo_kwargs").items()}
-    rules = (gin.get_configurable(policies.Stage1Config)().rule_repeats,
-             gin.get_configurable(trainer.RLConfig)().rule_repeats)
+    stage1 = gin.get_configurable(policies.Stage1Config)()
+    rl = gin.get_configurable(trainer.RLConfig)()
+    rules = (stage1.rule_repeats, rl.rule_repeats,
+             stage1.invalid_action, rl.invalid_action)
     gin.clear_config()
     return kwargs, rules
   recover, recover_rules = parsed("configs/experiments/demo_kind_recover.gin")
   repeats, rules = parsed("configs/experiments/demo_kind_repeats.gin")
-  assert recover_rules == (False, False)
-  # Every writer of rule skills adds the rule: warm start, Stage 1, oracle.
-  assert rules == (True, True)
+  assert recover_rules == (False, False, "no_op", "no_op")
+  # Every writer of rule skills adds the rule (warm start, Stage 1, oracle),
+  # and every rollout sends a failed try as written, the demonstrations too.
+  assert rules == (True, True, "as_written", "as_written")
   assert repeats.pop("rule_repeats") is True
+  assert repeats.pop("invalid_action") == "as_written"
   assert repeats == recover
-  assert "rule_repeats" in inspect.signature(demo.warm_start).parameters
+  assert {"rule_repeats", "invalid_action"} <= set(
+      inspect.signature(demo.warm_start).parameters)
 
 
 def test_default_main_job_is_the_demo():

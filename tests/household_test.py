@@ -247,11 +247,13 @@ def _invalid_record(record):
 
 def test_rule_repeats_makes_the_rule_what_a_skill_changes():
   """With `rule_repeats`, demonstrations without the repeat rule in the
-  prompt keep their slips as replies to learn, and those with it none."""
+  prompt keep their slips as replies to learn, and those with it none; sent
+  as written, a failed try shows in the prompts after it."""
   from seed_jax import annotators  # pylint: disable=g-import-not-at-top
   from seed_jax import demonstrations  # pylint: disable=g-import-not-at-top
   kw = dict(num_tasks=40, repeat=0.2, repeat_run=3, skill_fraction=1.0,
-            rule_detail="kind", shuffle_search=True, seed=1)
+            rule_detail="kind", shuffle_search=True, seed=1,
+            invalid_action="as_written")
   before = demonstrations.demonstrations(**kw)
   records = demonstrations.demonstrations(**kw, rule_repeats=True)
   rule = annotators.REPEAT_RULE
@@ -266,9 +268,15 @@ def test_rule_repeats_makes_the_rule_what_a_skill_changes():
       r for r in before if r["kind"] == "act"]
   assert sum(map(_invalid_record, act)) >= 0.05 * len(act)
   assert len(ruled) >= 50 and not any(map(_invalid_record, ruled))
+  # With the rule, replies to a prompt whose last step did nothing.
+  after = [r for r in ruled
+           if "current observation is: Nothing happens." in r["prompt"]]
+  assert after, "no ruled record follows a failed try"
   assert unruled and any(map(_invalid_record, unruled))
   analyses = [r["response"] for r in records if r["kind"] == "analysis"]
   assert any(rule in a for a in analyses)
+  with pytest.raises(ValueError, match="invalid_action must be one of"):
+    demonstrations.demonstrations(num_tasks=1, invalid_action="skip")
 
 
 def test_task_wording_per_family():
