@@ -54,7 +54,7 @@ def has_repeated_try(episode: Episode) -> bool:
   """Whether some invalid step of `episode` tried the action of the step
   before (`household.repeated_tries`: "go to desk 1" where it stands, or a
   "take" that did nothing tried again)."""
-  return any(household.repeated_tries(household.tried_steps(episode.steps)))
+  return any(household.step_repeats(episode.steps))
 
 
 def annotate(episode: Episode, detail: str = "place", *,
@@ -87,10 +87,9 @@ def annotate(episode: Episode, detail: str = "place", *,
     return None  # the environment raised, or its ground_truth() did
   summary, skill = _RULES[episode.env_name](episode, episode.ground_truth,
                                             detail)
-  if repeats and has_repeated_try(episode):
-    return {"episode_summary": summary,
-            "episode_skill": with_repeat_rule(skill)}
-  return {"episode_summary": summary, "episode_skill": _clip(skill)}
+  skill = (with_repeat_rule(skill) if repeats and has_repeated_try(episode)
+           else _clip(skill))
+  return {"episode_summary": summary, "episode_skill": skill}
 
 
 def with_repeat_rule(skill: str) -> str:

@@ -192,8 +192,8 @@ def _valid_ratio(result: rollout_lib.RolloutResult) -> float:
 def _repeated_ratio(result: rollout_lib.RolloutResult) -> float:
   """Share of the steps that try again the step before's invalid-now action
   (`household.repeated_tries`)."""
-  flags = [f for ep in result.episodes for f in household_game.repeated_tries(
-      household_game.tried_steps(ep.steps))]
+  flags = [f for ep in result.episodes
+           for f in household_game.step_repeats(ep.steps)]
   return float(np.mean(flags)) if flags else 0.0
 
 

@@ -207,8 +207,7 @@ def _names_lamp_kind(skill: str, place: str) -> bool:
 def _taught(ep: Episode, *, slips: bool) -> list:
   """The steps of `ep` that records teach: the valid ones, and with `slips`
   also the invalid repeated tries (`household.repeated_tries`)."""
-  tried = household.repeated_tries(household.tried_steps(ep.steps))
-  return [s for s, again in zip(ep.steps, tried)
+  return [s for s, again in zip(ep.steps, household.step_repeats(ep.steps))
           if s.action_valid or (slips and again)]
 
 

@@ -594,6 +594,11 @@ def repeated_tries(steps: Sequence[tuple[str, bool]]) -> list[bool]:
   return out
 
 
+def step_repeats(steps: Sequence[Any]) -> list[bool]:
+  """`repeated_tries` of an episode's `episodes.Step`s (`tried_steps`)."""
+  return repeated_tries(tried_steps(steps))
+
+
 def invalid_stats(steps: Sequence[tuple[str, bool]]
                   ) -> dict[str, tuple[float, float]]:
   """How many of an episode's steps were invalid, how many of those tried
