@@ -392,7 +392,7 @@ def _round_up(n: int, multiple: int) -> int:
 _HOUSEHOLD_ONLY = dict(shuffle_search=False, repeat=0.1, repeat_run=1,
                        search_hint=False, skill_relabel=False,
                        rule_detail="place", rule_repeats=False,
-                       invalid_action="no_op")
+                       ruled_repeat=None, invalid_action="no_op")
 
 
 def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
@@ -402,6 +402,7 @@ def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
                analysis_fraction: float = 1.0,
                search_hint: bool = False, skill_relabel: bool = False,
                rule_detail: str = "place", rule_repeats: bool = False,
+               ruled_repeat: float | None = None,
                invalid_action: str = "no_op",
                analysis_max_chars: int | None = 3000, vocab_size: int = 2048,
                model: dict[str, Any] | None = None,
@@ -441,6 +442,8 @@ def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
     rule_repeats: skills end with a rule against repeated tries, and only
       the demonstrations without it repeat one (see
       `demonstrations.demonstrations`); also in `evaluate_skills`.
+    ruled_repeat: the slip rate of the skill followers with that rule (see
+      `demonstrations.demonstrations`).
     invalid_action: what an inadmissible action sends, in the
       demonstrations and the evaluations (`prompts.INVALID_ACTIONS`; the RL
       run's).
@@ -463,7 +466,8 @@ def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
     env: the game, one of `ENVS`. On "sokoban" the records come from
       `demonstrations_sokoban.demonstrations` and `shuffle_search`,
       `repeat`, `repeat_run`, `search_hint`, `skill_relabel`,
-      `rule_detail`, `rule_repeats` and `invalid_action` do not apply.
+      `rule_detail`, `rule_repeats`, `ruled_repeat` and `invalid_action` do
+      not apply.
 
   Raises:
     ValueError: an unknown `env`, or a household-only option set on Sokoban.
@@ -485,7 +489,8 @@ def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
   household = dict(shuffle_search=shuffle_search, repeat=repeat,
                    repeat_run=repeat_run, search_hint=search_hint,
                    skill_relabel=skill_relabel, rule_detail=rule_detail,
-                   rule_repeats=rule_repeats, invalid_action=invalid_action)
+                   rule_repeats=rule_repeats, ruled_repeat=ruled_repeat,
+                   invalid_action=invalid_action)
   if env == sokoban_demos.ENV:
     wrong = sorted(k for k, v in household.items()
                    if v != _HOUSEHOLD_ONLY[k])

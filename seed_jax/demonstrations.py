@@ -299,6 +299,7 @@ def demonstrations(*, num_tasks: int, seed: int = 0, max_steps: int = 20,
                    search_hint: bool = False, skill_relabel: bool = False,
                    rule_detail: str = "place",
                    rule_repeats: bool = False,
+                   ruled_repeat: float | None = None,
                    invalid_action: str = "no_op") -> list[Record]:
   """Warm-start records from household train-split tasks.
 
@@ -331,6 +332,9 @@ def demonstrations(*, num_tasks: int, seed: int = 0, max_steps: int = 20,
   makes single slips only, each followed by the expert's action, and keeps
   valid steps only; one without keeps its slips like the "act" records. So
   without the rule a failed try is sometimes tried again, with it never.
+  `ruled_repeat` sets the slip rate of the followers with the rule: each of
+  their slips shows a failed try in a prompt with the rule, and the action
+  after it is one of the demonstrations of the rule followed.
 
   Args:
     num_tasks: train-split tasks.
@@ -353,6 +357,8 @@ def demonstrations(*, num_tasks: int, seed: int = 0, max_steps: int = 20,
     rule_detail: how the annotator's skills say where things were
       (`annotators.DETAILS`); skill following reads them the same way.
     rule_repeats: skills name repeated tries and are followed (above).
+    ruled_repeat: the slip rate of the skill followers with the rule
+      (None: `repeat`); only with `rule_repeats`.
     invalid_action: what a slip's inadmissible action sends
       (`prompts.INVALID_ACTIONS`; the RL run's): "no_op", and the next
       prompts show the no-op; "as_written", and they show the action tried
@@ -366,6 +372,11 @@ def demonstrations(*, num_tasks: int, seed: int = 0, max_steps: int = 20,
       repeat_run < 1):
     raise ValueError(f"repeat_run must be an int >= 1, got {repeat_run!r}")
   prompts_lib.check_invalid_action(invalid_action)
+  if ruled_repeat is not None and not rule_repeats:
+    raise ValueError("ruled_repeat is the slip rate of skill followers with "
+                     "the repeat rule; set rule_repeats=True with it")
+  if ruled_repeat is not None and not 0.0 <= ruled_repeat < 1.0:
+    raise ValueError(f"ruled_repeat must be in [0, 1), got {ruled_repeat!r}")
   annotate = lambda ep: annotators.annotate_strict(ep, rule_detail,
                                                    repeats=rule_repeats)
   seeds = envs_base.split_seeds("train", num_tasks, start=task_offset)
@@ -388,12 +399,13 @@ def demonstrations(*, num_tasks: int, seed: int = 0, max_steps: int = 20,
              for ep in plain for s in _taught(ep, slips=rule_repeats)]
   ruled = {i for i in with_skill
            if rule_repeats and annotators.has_repeated_try(plain[i])}
-  for idx, run in ((sorted(with_skill - ruled), repeat_run),
-                   (sorted(ruled), 1)):
+  ruled_rate = repeat if ruled_repeat is None else ruled_repeat
+  for idx, run, rate in ((sorted(with_skill - ruled), repeat_run, repeat),
+                         (sorted(ruled), 1, ruled_rate)):
     if not idx:
       continue
     better = _play([seeds[i] for i in idx], expert(True, skill_noise, salt=1),
-                   seed=seed + 1, **{**kw, "repeat_run": run})
+                   seed=seed + 1, **{**kw, "repeat_run": run, "repeat": rate})
     for i, ep in zip(idx, better):
       skill = annotators.annotate_strict(plain[i], rule_detail)[
           "episode_skill"]

@@ -108,6 +108,13 @@ def test_the_repeats_demo_is_the_recover_demo_with_the_repeat_rule():
   assert repeats == recover
   assert {"rule_repeats", "invalid_action"} <= set(
       inspect.signature(demo.warm_start).parameters)
+  more, more_rules = parsed("configs/experiments/demo_kind_repeats_more.gin")
+  # The "more" demo changes only the rule followers' slip rate.
+  assert more_rules == rules
+  assert more.pop("ruled_repeat") == 0.5
+  assert more == {**repeats, "rule_repeats": True,
+                  "invalid_action": "as_written"}
+  assert "ruled_repeat" in inspect.signature(demo.warm_start).parameters
 
 
 def test_default_main_job_is_the_demo():

@@ -119,6 +119,8 @@ def test_household_only_options_and_unknown_games_are_refused():
     demo.warm_start(env="sokoban", num_tasks=2, repeat_run=3)
   with pytest.raises(ValueError, match="household-only.*rule_repeats"):
     demo.warm_start(env="sokoban", num_tasks=2, rule_repeats=True)
+  with pytest.raises(ValueError, match="household-only.*ruled_repeat"):
+    demo.warm_start(env="sokoban", num_tasks=2, ruled_repeat=0.5)
   with pytest.raises(ValueError, match="household-only.*invalid_action"):
     demo.warm_start(env="sokoban", num_tasks=2, invalid_action="as_written")
   with pytest.raises(ValueError, match="no demonstrations for env 'twx'"):

@@ -117,6 +117,7 @@ def test_methods_that_would_train_the_same_run_are_refused(
 @pytest.mark.parametrize("gin_file", ["demo.gin", "demo_follow.gin",
                                       "demo_kind.gin", "demo_kind_recover.gin",
                                       "demo_kind_repeats.gin",
+                                      "demo_kind_repeats_more.gin",
                                       "demo_sokoban.gin"])
 def test_every_method_is_its_own_run_with_the_demo_configs(tmp_path, capsys,
                                                            gin_file):

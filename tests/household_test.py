@@ -279,6 +279,36 @@ def test_rule_repeats_makes_the_rule_what_a_skill_changes():
     demonstrations.demonstrations(num_tasks=1, invalid_action="skip")
 
 
+def test_ruled_repeat_adds_demonstrations_of_the_rule_followed():
+  """`ruled_repeat` raises the slip rate of the skill followers with the
+  repeat rule only: more of their prompts show a failed try, none of their
+  replies repeats one, and the acting records stay as they were."""
+  from seed_jax import annotators  # pylint: disable=g-import-not-at-top
+  from seed_jax import demonstrations  # pylint: disable=g-import-not-at-top
+  kw = dict(num_tasks=40, repeat=0.1, repeat_run=3, skill_fraction=1.0,
+            rule_detail="kind", shuffle_search=True, seed=1,
+            invalid_action="as_written", rule_repeats=True)
+  rule = annotators.REPEAT_RULE
+
+  def followed(records):
+    return [r for r in records if r["kind"] == "skill" and rule in r["prompt"]
+            and "current observation is: Nothing happens." in r["prompt"]]
+
+  base = demonstrations.demonstrations(**kw)
+  same = demonstrations.demonstrations(**kw, ruled_repeat=0.1)
+  more = demonstrations.demonstrations(**kw, ruled_repeat=0.5)
+  assert same == base  # the default is the demonstrators' own rate
+  assert [r for r in more if r["kind"] == "act"] == [
+      r for r in base if r["kind"] == "act"]
+  assert len(followed(more)) >= 2 * len(followed(base)) > 0
+  assert not any(map(_invalid_record, followed(more)))
+  with pytest.raises(ValueError, match="set rule_repeats=True"):
+    demonstrations.demonstrations(num_tasks=1, ruled_repeat=0.5)
+  with pytest.raises(ValueError, match=r"ruled_repeat must be in \[0, 1\)"):
+    demonstrations.demonstrations(num_tasks=1, rule_repeats=True,
+                                  ruled_repeat=1.0)
+
+
 def test_task_wording_per_family():
   patterns = {
       "pick": r"put a \w+ (in|on) \w+",
