@@ -24,9 +24,9 @@ game "eval/<split>/search_usual", "search_usual_chance" and
 "search_usual_over_chance" (where the searches went), "reached_goal_place",
 "took_after_reach", "took_goal", "won_after_take" and "steps_to_take" (how
 far the episodes got), "look_*" (where the steps before the goal place went),
-"invalid_steps", "invalid_repeat" and "invalid_go_here" (invalid steps, and
-those that tried the step before's action again or to go where the agent
-stood), each with its standard error as "<ratio>_se", under "per_task" each
+"invalid_steps", "invalid_repeat", "invalid_repeat_failed" and
+"invalid_go_here" (invalid steps, and those that tried the step before's
+action again, again after it failed, or to go where the agent stood), each with its standard error as "<ratio>_se", under "per_task" each
 task's outcome as a string of 0s and 1s in task order, and on the household
 game under "per_task_stats" each task's counts of those statistics, for
 comparisons task by task) and CSV (split, family, success, tasks,
@@ -195,8 +195,9 @@ def evaluate_split(policy: rollout_lib.Policy, params, *, env_name: str,
      "look_invalid_take", the share that tried to take an object where it
      was not (`household.look_stats`); "invalid_steps", the share of all
      steps that were invalid, "invalid_repeat", the share of those that
-     tried the previous step's action again, and "invalid_go_here", the
-     share that tried to go where the agent stood
+     tried the previous step's action again, "invalid_repeat_failed", the
+     share that tried again a try that had just failed, and
+     "invalid_go_here", the share that tried to go where the agent stood
      (`household.invalid_stats`); a ratio is left out where its denominator
      is 0),
      each with its standard error over the episodes as "<ratio>_se"

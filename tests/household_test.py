@@ -579,16 +579,21 @@ def test_invalid_stats_count_repeated_tries_and_goes_to_where_it_stands():
            ("go to drawer 1", False)]    # no longer where it stands
   assert household.invalid_stats(steps) == {
       "invalid_steps": (7.0, 10.0), "invalid_repeat": (2.0, 7.0),
-      "invalid_go_here": (3.0, 7.0)}
+      "invalid_repeat_failed": (2.0, 7.0), "invalid_go_here": (3.0, 7.0)}
   # A valid step is never a repeat, even of the same action.
   assert household.invalid_stats([("look", True), ("look", True)]) == {
       "invalid_steps": (0.0, 2.0), "invalid_repeat": (0.0, 0.0),
-      "invalid_go_here": (0.0, 0.0)}
+      "invalid_repeat_failed": (0.0, 0.0), "invalid_go_here": (0.0, 0.0)}
   # An invalid try of what the valid step before did is one; before any
   # "go to" the agent stands nowhere (the middle of the room).
   assert household.invalid_stats(
       [("open drawer 1", True), ("open drawer 1", False)])[
           "invalid_repeat"] == (1.0, 1.0)
+  # Only a repeat of a failed try counts as one after a failure.
+  assert household.invalid_stats(
+      [("open drawer 1", True), ("open drawer 1", False),
+       ("open drawer 1", False), ("open drawer 1", False)])[
+           "invalid_repeat_failed"] == (2.0, 3.0)
   assert household.invalid_stats([("go to drawer 1", False)])[
       "invalid_go_here"] == (0.0, 1.0)
   # An invalid "go to" moves nobody: the agent still stands where it was.
@@ -600,7 +605,7 @@ def test_invalid_stats_count_repeated_tries_and_goes_to_where_it_stands():
        ("", False)]) == [False, True, False, False]
   assert household.invalid_stats([]) == {
       "invalid_steps": (0.0, 0.0), "invalid_repeat": (0.0, 0.0),
-      "invalid_go_here": (0.0, 0.0)}
+      "invalid_repeat_failed": (0.0, 0.0), "invalid_go_here": (0.0, 0.0)}
 
 
 def test_episode_stats_count_what_an_invalid_reply_tried():
@@ -630,6 +635,7 @@ def test_episode_stats_count_what_an_invalid_reply_tried():
   assert stats["reached_goal_place"] == (1.0, 1.0)
   assert stats["invalid_steps"] == (2.0, 4.0)
   assert stats["invalid_repeat"] == (0.0, 2.0)
+  assert stats["invalid_repeat_failed"] == (0.0, 2.0)
   assert stats["invalid_go_here"] == (0.0, 2.0)
   assert household.episode_stats(
       dataclasses.replace(episode, ground_truth={})) == {}

@@ -727,13 +727,14 @@ def test_an_update_reports_where_its_rollouts_searched(policy):
               "search_usual", "search_usual_chance",
               "search_usual_over_chance", "reached_goal_place",
               "took_after_reach", "took_goal", *looks, "invalid_steps",
-              "invalid_repeat", "invalid_go_here"}
+              "invalid_repeat", "invalid_repeat_failed", "invalid_go_here"}
   for name, value in want.items():
     assert c.metrics[name] == pytest.approx(value)
   assert 0 <= c.metrics["search_usual"] <= 1
   assert c.metrics["took_goal"] == 0
   assert c.metrics["invalid_steps"] == 0
-  assert not {"invalid_repeat", "invalid_go_here"} & set(want)
+  assert not {"invalid_repeat", "invalid_repeat_failed",
+              "invalid_go_here"} & set(want)
 
 
 @pytest.mark.parametrize("invalid_action", ["no_op", "as_written"])

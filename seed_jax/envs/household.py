@@ -602,8 +602,10 @@ def step_repeats(steps: Sequence[Any]) -> list[bool]:
 def invalid_stats(steps: Sequence[tuple[str, bool]]
                   ) -> dict[str, tuple[float, float]]:
   """How many of an episode's steps were invalid, how many of those tried
-  again the action of the step before (`repeated_tries`), and how many tried
-  to go where the agent stood.
+  again the action of the step before (`repeated_tries`), how many of those
+  tried again a try that had just failed (the prompt before it says "Nothing
+  happens." when failed tries are sent as written), and how many tried to go
+  where the agent stood.
 
   Args:
     steps: (action, valid) of each step, in order (`tried_steps`).
@@ -611,7 +613,8 @@ def invalid_stats(steps: Sequence[tuple[str, bool]]
   Returns:
     {"invalid_steps": (invalid steps, steps), "invalid_repeat": (invalid
     steps that tried the previous step's action, invalid steps),
-    "invalid_go_here": (invalid tries of "go to" the place of the last valid
+    "invalid_repeat_failed": (those of them whose step before was invalid
+    too, invalid steps), "invalid_go_here": (invalid tries of "go to" the place of the last valid
     "go to", invalid steps)}: numerators and denominators, to be summed over
     episodes (`episodes.sum_ratios`).
   """
@@ -623,9 +626,13 @@ def invalid_stats(steps: Sequence[tuple[str, bool]]
       go_here += here is not None and action == f"go to {here}"
     elif action.startswith("go to "):
       here = action[len("go to "):]
+  repeats = repeated_tries(steps)
+  # A repeat's step before tried the same action; invalid too, it had failed.
+  failed = sum(again and not before[1]
+               for again, before in zip(repeats[1:], steps))
   return {"invalid_steps": (float(invalid), float(len(steps))),
-          "invalid_repeat": (float(sum(repeated_tries(steps))),
-                             float(invalid)),
+          "invalid_repeat": (float(sum(repeats)), float(invalid)),
+          "invalid_repeat_failed": (float(failed), float(invalid)),
           "invalid_go_here": (float(go_here), float(invalid))}
 
 
