@@ -375,7 +375,10 @@ def demonstrations(*, num_tasks: int, seed: int = 0, max_steps: int = 20,
   if ruled_repeat is not None and not rule_repeats:
     raise ValueError("ruled_repeat is the slip rate of skill followers with "
                      "the repeat rule; set rule_repeats=True with it")
-  if ruled_repeat is not None and not 0.0 <= ruled_repeat < 1.0:
+  if ruled_repeat is not None and (
+      isinstance(ruled_repeat, bool)
+      or not isinstance(ruled_repeat, (int, float))
+      or not 0.0 <= ruled_repeat < 1.0):
     raise ValueError(f"ruled_repeat must be in [0, 1), got {ruled_repeat!r}")
   annotate = lambda ep: annotators.annotate_strict(ep, rule_detail,
                                                    repeats=rule_repeats)

@@ -307,6 +307,9 @@ def test_ruled_repeat_adds_demonstrations_of_the_rule_followed():
   with pytest.raises(ValueError, match=r"ruled_repeat must be in \[0, 1\)"):
     demonstrations.demonstrations(num_tasks=1, rule_repeats=True,
                                   ruled_repeat=1.0)
+  with pytest.raises(ValueError, match="ruled_repeat must be in"):
+    demonstrations.demonstrations(num_tasks=1, rule_repeats=True,
+                                  ruled_repeat="0.5")
 
 
 def test_task_wording_per_family():

@@ -614,9 +614,9 @@ def invalid_stats(steps: Sequence[tuple[str, bool]]
     {"invalid_steps": (invalid steps, steps), "invalid_repeat": (invalid
     steps that tried the previous step's action, invalid steps),
     "invalid_repeat_failed": (those of them whose step before was invalid
-    too, invalid steps), "invalid_go_here": (invalid tries of "go to" the place of the last valid
-    "go to", invalid steps)}: numerators and denominators, to be summed over
-    episodes (`episodes.sum_ratios`).
+    too, invalid steps), "invalid_go_here": (invalid tries of "go to" the
+    place of the last valid "go to", invalid steps)}: numerators and
+    denominators, to be summed over episodes (`episodes.sum_ratios`).
   """
   invalid = go_here = 0
   here = None
