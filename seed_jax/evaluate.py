@@ -26,10 +26,11 @@ game "eval/<split>/search_usual", "search_usual_chance" and
 far the episodes got), "look_*" (where the steps before the goal place went),
 "invalid_steps", "invalid_repeat", "invalid_repeat_failed" and
 "invalid_go_here" (invalid steps, and those that tried the step before's
-action again, again after it failed, or to go where the agent stood), each with its standard error as "<ratio>_se", under "per_task" each
-task's outcome as a string of 0s and 1s in task order, and on the household
-game under "per_task_stats" each task's counts of those statistics, for
-comparisons task by task) and CSV (split, family, success, tasks,
+action again, again after it failed, or to go where the agent stood), each
+with its standard error as "<ratio>_se", under "per_task" each task's outcome
+as a string of 0s and 1s in task order, and on the household game under
+"per_task_stats" each task's counts of those statistics, for comparisons task
+by task) and CSV (split, family, success, tasks,
 responses_truncated: the share of replies cut at max_new_tokens), by default
 to `RUN/eval/step_<N>_tasks<K>_seed<S>_temp<T>.{json,csv}` (see
 `report_path`), so evaluations with other settings never overwrite each

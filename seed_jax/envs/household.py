@@ -628,8 +628,8 @@ def invalid_stats(steps: Sequence[tuple[str, bool]]
       here = action[len("go to "):]
   repeats = repeated_tries(steps)
   # A repeat's step before tried the same action; invalid too, it had failed.
-  failed = sum(again and not before[1]
-               for again, before in zip(repeats[1:], steps))
+  failed = sum(again and not valid_before
+               for again, (_, valid_before) in zip(repeats[1:], steps))
   return {"invalid_steps": (float(invalid), float(len(steps))),
           "invalid_repeat": (float(sum(repeats)), float(invalid)),
           "invalid_repeat_failed": (float(failed), float(invalid)),
