@@ -473,10 +473,13 @@ def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
     ValueError: an unknown `env`, or a household-only option set on Sokoban.
 
   Returns:
-    (config, params, tokenizer, report). The report holds record counts,
-    both SFT reports (`lm/...`, `sft/...`), `seen/success`, `unseen/success`
-    (`evaluate.evaluate_split`), `skills/...` (`evaluate_skills`) and per-phase
-    seconds (`seconds/...`, wall clock; `seconds/cpu`, process time).
+    (config, params, tokenizer, report). The report holds record counts
+    (on the household game also `records/after_failed/...`, the replies to
+    a failed try: `demonstrations.after_failed_counts`), both SFT reports
+    (`lm/...`, `sft/...`), `seen/success`, `unseen/success`
+    (`evaluate.evaluate_split`), `skills/...` (`evaluate_skills`) and
+    per-phase seconds (`seconds/...`, wall clock; `seconds/cpu`, process
+    time).
   """
   if env not in ENVS:
     raise ValueError(f"no demonstrations for env {env!r}; known: {ENVS}")
@@ -512,6 +515,13 @@ def warm_start(*, num_tasks: int = 400, seed: int = 0, max_steps: int = 20,
                  for r in sft_records] + [0])
   report: dict[str, Any] = {f"records/{k}": sum(r["kind"] == k for r in records)
                             for k in demos.KINDS}
+  if env != sokoban_demos.ENV:
+    after = demos.after_failed_counts(records)
+    report.update({f"records/after_failed/{k}": v for k, v in after.items()})
+    logging.info("demo warm start: replies to a failed try, again / other: "
+                 "%d / %d without the repeat rule, %d / %d with it",
+                 after["plain/again"], after["plain/other"],
+                 after["rule/again"], after["rule/other"])
   report.update({"records/text": len(texts), "records/sft": len(sft_records),
                  "vocab_size": len(tokenizer)})
   times["seconds/data"] = time.time() - t0

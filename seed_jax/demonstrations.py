@@ -218,6 +218,36 @@ def make_record(prompt: str, response: str, ep: Episode,
               family=ep.family, success=bool(ep.success), kind=kind)
 
 
+_AFTER_FAILED = re.compile(
+    r"Action \d+: '([^']*)'\]\nYou are now at step \d+ and your current "
+    r"observation is: Nothing happens\.\n")
+AFTER_FAILED = tuple(f"{rule}/{reply}" for rule in ("rule", "plain")
+                     for reply in ("again", "other"))
+
+
+def after_failed_counts(records: Sequence[Record]) -> dict[str, int]:
+  """How the acting and skill records answer a failed try.
+
+  A record counts when its prompt shows the action of the step before and
+  "Nothing happens." after it (an inadmissible action sent as written).
+  Keys (`AFTER_FAILED`): "rule/..." when the prompt carries
+  `annotators.REPEAT_RULE`, else "plain/..."; ".../again" when the reply
+  tries that action again, else ".../other". Analysis records do not count.
+  Example: a run of slips "go to desk 1" where the agent stands gives
+  "plain/again" for each reply inside the run and "plain/other" for the
+  action after it.
+  """
+  counts = dict.fromkeys(AFTER_FAILED, 0)
+  for r in records:
+    found = r["kind"] != "analysis" and _AFTER_FAILED.search(r["prompt"])
+    if found:
+      again = prompts_lib.attempted_action(r["response"]) == found.group(1)
+      rule = annotators.REPEAT_RULE in r["prompt"]
+      counts[f"{'rule' if rule else 'plain'}/"
+             f"{'again' if again else 'other'}"] += 1
+  return counts
+
+
 def skill_places(ep: Episode, skill: str, detail: str = "place") -> list[str]:
   """Start locations of objects of the task's type that `skill` names (by
   place, or by kind: see `_names`)."""

@@ -143,6 +143,7 @@ def test_miniature_sokoban_warm_start_end_to_end(tmp_path):
   report = policy.report["warm_start"]
   assert report["records/act"] > 0 and report["records/skill"] > 0
   assert report["records/analysis"] == 2
+  assert not any(k.startswith("records/after_failed/") for k in report)
   for key in ("seen/success", "unseen/success", "skills/plain_success",
               "skills/skill_success", "skills/parse_rate",
               "skills/plain_first_search_follows",

@@ -367,6 +367,13 @@ def test_miniature_warm_start_end_to_end():
   assert config.vocab_size == len(tok) and config.num_kv_heads == 1
   assert params["embed"]["embedding"].shape == (len(tok), 32)
   assert report["records/act"] > 0 and report["records/analysis"] == 2
+  # Slips are sent as the no-op here: no prompt shows a failed try.
+  assert {k: v for k, v in report.items()
+          if k.startswith("records/after_failed/")} == {
+              "records/after_failed/rule/again": 0,
+              "records/after_failed/rule/other": 0,
+              "records/after_failed/plain/again": 0,
+              "records/after_failed/plain/other": 0}
   assert report["lm/steps"] >= 1 and report["sft/steps"] >= 1
   for key in ("seen/success", "unseen/success", "skills/plain_success",
               "skills/skill_success", "skills/parse_rate",

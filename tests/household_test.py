@@ -312,6 +312,59 @@ def test_ruled_repeat_adds_demonstrations_of_the_rule_followed():
                                   ruled_repeat="0.5")
 
 
+def test_after_failed_counts_reads_the_try_shown_before_nothing_happens():
+  """A record counts when its prompt shows an action and "Nothing happens."
+  after it; its reply tries that action again or another one, with or
+  without the repeat rule in the prompt."""
+  from seed_jax import annotators  # pylint: disable=g-import-not-at-top
+  from seed_jax import demonstrations  # pylint: disable=g-import-not-at-top
+  from seed_jax import skills  # pylint: disable=g-import-not-at-top
+  history = [("You arrive at desk 1. On the desk 1, you see a pen 1.",
+              "go to desk 1")]
+  failed = prompts.household_prompt("put a pen in drawer", history,
+                                    "Nothing happens.",
+                                    ["take pen 1 from desk 1", "look"])
+  valid = prompts.household_prompt("put a pen in drawer", history,
+                                   "You see a pen 1.", ["look"])
+  ruled = skills.build_skill_prompt(
+      failed, annotators.with_repeat_rule("The pen was on the desk."))
+
+  def record(prompt, action, kind="act"):
+    return dict(prompt=prompt, kind=kind,
+                response=f"<think>Find a pen.</think><action>{action}"
+                         "</action>")
+
+  counts = demonstrations.after_failed_counts([
+      record(failed, "go to desk 1"), record(failed, "Go  to desk 1"),
+      record(failed, "take pen 1 from desk 1"),
+      record(ruled, "go to desk 1", "skill"),
+      record(ruled, "look", "skill"), record(ruled, "look", "skill"),
+      record(valid, "go to desk 1"),
+      record(failed, "go to desk 1", "analysis")])
+  assert counts == {"rule/again": 1, "rule/other": 2, "plain/again": 2,
+                    "plain/other": 1}
+  assert tuple(counts) == demonstrations.AFTER_FAILED
+
+  kw = dict(num_tasks=40, repeat=0.1, repeat_run=3, skill_fraction=1.0,
+            rule_detail="kind", shuffle_search=True, seed=1,
+            invalid_action="as_written", rule_repeats=True)
+  base = demonstrations.after_failed_counts(
+      demonstrations.demonstrations(**kw))
+  more = demonstrations.after_failed_counts(
+      demonstrations.demonstrations(**kw, ruled_repeat=0.5))
+  # Only the acting records and the followers without the rule repeat a
+  # failed try; `ruled_repeat` adds demonstrations of the rule followed.
+  assert base["rule/again"] == more["rule/again"] == 0
+  assert base["plain/again"] > 0 and base["plain/other"] > 0
+  assert more["rule/other"] >= 2 * base["rule/other"] > 0
+  assert (more["plain/again"], more["plain/other"]) == (
+      base["plain/again"], base["plain/other"])
+  for other in (dict(invalid_action="no_op"), dict(history_length=0)):
+    # The no-op shows "look" in the history, and no history shows no try.
+    assert not any(demonstrations.after_failed_counts(
+        demonstrations.demonstrations(**{**kw, **other})).values())
+
+
 def test_task_wording_per_family():
   patterns = {
       "pick": r"put a \w+ (in|on) \w+",
