@@ -5,12 +5,11 @@ a small llama-family decoder and a BPE tokenizer fitted to the game's text
 (the household game, or text Sokoban with `env="sokoban"`).
 
 `warm_start` builds the records of `seed_jax.demonstrations` (or
-`seed_jax.demonstrations_sokoban`; acting,
-following a skill in context, analysis), the tokenizer and the model,
-fine-tunes it with `sft.sft` and measures plain success
-(`evaluate.evaluate_split`), success with the hindsight skill of the policy's own
-episode in context, how often that skill steers its first search, and the
-parse rate of its own analyses.
+`seed_jax.demonstrations_sokoban`; acting, following a skill in context,
+analysis), the tokenizer and the model, fine-tunes it with `sft.sft` and
+measures plain success (`evaluate.evaluate_split`), success with the
+hindsight skill of the policy's own episode in context, how often that skill
+steers its first search, and the parse rate of its own analyses.
 """
 
 from __future__ import annotations

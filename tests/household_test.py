@@ -279,15 +279,19 @@ def test_rule_repeats_makes_the_rule_what_a_skill_changes():
     demonstrations.demonstrations(num_tasks=1, invalid_action="skip")
 
 
+# Demonstrations with the repeat rule and slips sent as written.
+_RULED_DEMOS = dict(num_tasks=40, repeat=0.1, repeat_run=3, skill_fraction=1.0,
+                    rule_detail="kind", shuffle_search=True, seed=1,
+                    invalid_action="as_written", rule_repeats=True)
+
+
 def test_ruled_repeat_adds_demonstrations_of_the_rule_followed():
   """`ruled_repeat` raises the slip rate of the skill followers with the
   repeat rule only: more of their prompts show a failed try, none of their
   replies repeats one, and the acting records stay as they were."""
   from seed_jax import annotators  # pylint: disable=g-import-not-at-top
   from seed_jax import demonstrations  # pylint: disable=g-import-not-at-top
-  kw = dict(num_tasks=40, repeat=0.1, repeat_run=3, skill_fraction=1.0,
-            rule_detail="kind", shuffle_search=True, seed=1,
-            invalid_action="as_written", rule_repeats=True)
+  kw = _RULED_DEMOS
   rule = annotators.REPEAT_RULE
 
   def followed(records):
@@ -345,9 +349,7 @@ def test_after_failed_counts_reads_the_try_shown_before_nothing_happens():
                     "plain/other": 1}
   assert tuple(counts) == demonstrations.AFTER_FAILED
 
-  kw = dict(num_tasks=40, repeat=0.1, repeat_run=3, skill_fraction=1.0,
-            rule_detail="kind", shuffle_search=True, seed=1,
-            invalid_action="as_written", rule_repeats=True)
+  kw = _RULED_DEMOS
   base = demonstrations.after_failed_counts(
       demonstrations.demonstrations(**kw))
   more = demonstrations.after_failed_counts(
