@@ -402,14 +402,14 @@ def demonstrations(*, num_tasks: int, seed: int = 0, max_steps: int = 20,
       repeat_run < 1):
     raise ValueError(f"repeat_run must be an int >= 1, got {repeat_run!r}")
   prompts_lib.check_invalid_action(invalid_action)
-  if ruled_repeat is not None and not rule_repeats:
-    raise ValueError("ruled_repeat is the slip rate of skill followers with "
-                     "the repeat rule; set rule_repeats=True with it")
-  if ruled_repeat is not None and (
-      isinstance(ruled_repeat, bool)
-      or not isinstance(ruled_repeat, (int, float))
-      or not 0.0 <= ruled_repeat < 1.0):
-    raise ValueError(f"ruled_repeat must be in [0, 1), got {ruled_repeat!r}")
+  if ruled_repeat is not None:
+    if not rule_repeats:
+      raise ValueError("ruled_repeat is the slip rate of skill followers "
+                       "with the repeat rule; set rule_repeats=True with it")
+    if (isinstance(ruled_repeat, bool)
+        or not isinstance(ruled_repeat, (int, float))
+        or not 0.0 <= ruled_repeat < 1.0):
+      raise ValueError(f"ruled_repeat must be in [0, 1), got {ruled_repeat!r}")
   annotate = lambda ep: annotators.annotate_strict(ep, rule_detail,
                                                    repeats=rule_repeats)
   seeds = envs_base.split_seeds("train", num_tasks, start=task_offset)
