@@ -708,6 +708,12 @@ def run_settings(workdir: str) -> dict[str, Any]:
   return {**defaults, **bindings}
 
 
+def policy_seed(run: dict[str, Any]) -> int:
+  """The seed a run's `policy_fn` was given, from its `run_settings`."""
+  seed = run.get("policy_seed")
+  return run["seed"] if seed is None else seed
+
+
 def check_writable(path: str, *, what: str) -> None:
   """Raises ValueError unless `path` can be written, creating nothing.
 
@@ -847,7 +853,7 @@ def main(argv=None) -> dict[str, Any]:
     report = evaluate_run(
         workdir, policy_fn=run["policy_fn"], rl=run["rl"], tx=tx,
         env_name=run["env_name"], env_kwargs=run["env_kwargs"],
-        run_seed=run["seed"], mesh=mesh, step=step, num_tasks=args.num_tasks,
+        run_seed=policy_seed(run), mesh=mesh, step=step, num_tasks=args.num_tasks,
         temperature=args.temperature, max_steps=args.max_steps,
         history_length=args.history_length,
         invalid_action=args.invalid_action, seed=args.seed,

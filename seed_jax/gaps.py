@@ -230,8 +230,8 @@ def main(argv=None) -> dict[str, Any]:
   try:
     evaluate.check_writable(out, what="the report")  # before any work
     run = evaluate.run_settings(workdir)
-    config, tokenizer = evaluate.load_policy(workdir, run["policy_fn"],
-                                             seed=run["seed"])
+    config, tokenizer = evaluate.load_policy(
+        workdir, run["policy_fn"], seed=evaluate.policy_seed(run))
     # A SEED update's analysis and scoring, whatever the run's variant; no
     # reference pass. The run's optimizer: its state is restored too.
     rl = dataclasses.replace(run["rl"], variant="seed", kl_coef=0.0,

@@ -184,6 +184,7 @@ def train(workdir: str, *,
           grad_clip: float = 1.0,
           warmup_steps: int = 0,
           seed: int = 0,
+          policy_seed: int | None = None,
           eval_every: int = 5,
           eval_tasks: int = 32,
           eval_temperature: float = 0.4,
@@ -212,6 +213,10 @@ def train(workdir: str, *,
       checkpoint).
     learning_rate, weight_decay, grad_clip, warmup_steps: AdamW.
     seed: the run's seed (rollout tasks and sampling derive from it).
+    policy_seed: the seed given to `policy_fn` (the warm start and Stage 1);
+      None: `seed`. Runs that differ in `seed` alone and share a
+      `policy_seed` train RL with other tasks and samples from the same
+      policy, which tells RL's own spread from the warm starts'.
     eval_every: evaluate every this many updates (and at the end).
     eval_tasks: tasks per split per evaluation.
     eval_temperature: sampling temperature of evaluations (no skills).
@@ -284,7 +289,8 @@ def train(workdir: str, *,
       checkpoints.check_writable(workdir),
       checkpoints.check_free_space(workdir, min_free_bytes)))
   is_writer = jax.process_index() == 0
-  policy = policy_fn(workdir, seed=seed, **_mesh_kwargs(policy_fn, mesh))
+  policy = policy_fn(workdir, seed=seed if policy_seed is None else policy_seed,
+                     **_mesh_kwargs(policy_fn, mesh))
   config, tokenizer = policy.config, policy.tokenizer
   ckpt = checkpoints.Checkpointer(workdir, model_config=config,
                                   max_to_keep=max_to_keep,

@@ -679,6 +679,20 @@ def test_a_policy_with_nan_logits_is_refused():
     assert isinstance(e.value, evaluate.sampler_lib.NonFiniteLogitsError)
 
 
+def test_the_policy_seed_is_the_runs_policy_seed_else_its_seed(tiny_run,
+                                                             tmp_path):
+  """Evaluation and gaps rebuild a policy with the seed its run gave
+  policy_fn: `train.train.policy_seed` where bound, else `seed`."""
+  workdir = str(tmp_path / "run")
+  shutil.copytree(tiny_run, workdir)
+  run = evaluate.run_settings(workdir)
+  assert run["policy_seed"] is None
+  assert evaluate.policy_seed(run) == run["seed"]
+  with open(os.path.join(workdir, "config.gin"), "a") as f:
+    f.write(f"train.train.policy_seed = {run['seed'] + 5}\n")
+  assert evaluate.policy_seed(evaluate.run_settings(workdir)) == run["seed"] + 5
+
+
 def test_a_run_with_an_external_analyzer_evaluates(tiny_run, tmp_path):
   """Evaluation never analyzes: a run whose analyses a teacher wrote needs
   no teacher to be scored, and scores as the run did."""

@@ -687,6 +687,25 @@ def test_bad_multi_host_settings_are_one_line(tmp_path, monkeypatch, env,
   assert not (tmp_path / "run").exists()
 
 
+def test_policy_seed_seeds_the_policy_and_seed_the_rl(tmp_path):
+  """`policy_seed` goes to policy_fn (the warm start and Stage 1), in place
+  of `seed`, which still seeds RL (its checkpoints' rng)."""
+  from seed_jax import trainer  # pylint: disable=g-import-not-at-top
+  calls = []
+
+  def policy_fn(workdir, seed):
+    calls.append(seed)
+    raise KeyboardInterrupt  # stop before any work
+
+  for kwargs in ({}, dict(policy_seed=7)):
+    with pytest.raises(KeyboardInterrupt):
+      train.train(str(tmp_path / "run"), policy_fn=policy_fn, seed=3,
+                  rl=trainer.RLConfig(num_groups=2, group_size=4,
+                                      mini_batch_size=8, micro_batches=1),
+                  **kwargs)
+  assert calls == [3, 7]
+
+
 def test_the_mesh_goes_to_a_policy_fn_that_takes_it(tmp_path, monkeypatch):
   """One process: Stage 1 may shard over the training mesh, when policy_fn
   has a `mesh` parameter (gin's wrapper keeps it); else the call is as
