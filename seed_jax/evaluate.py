@@ -853,7 +853,8 @@ def main(argv=None) -> dict[str, Any]:
     report = evaluate_run(
         workdir, policy_fn=run["policy_fn"], rl=run["rl"], tx=tx,
         env_name=run["env_name"], env_kwargs=run["env_kwargs"],
-        run_seed=policy_seed(run), mesh=mesh, step=step, num_tasks=args.num_tasks,
+        run_seed=policy_seed(run), mesh=mesh, step=step,
+        num_tasks=args.num_tasks,
         temperature=args.temperature, max_steps=args.max_steps,
         history_length=args.history_length,
         invalid_action=args.invalid_action, seed=args.seed,

@@ -289,7 +289,9 @@ def train(workdir: str, *,
       checkpoints.check_writable(workdir),
       checkpoints.check_free_space(workdir, min_free_bytes)))
   is_writer = jax.process_index() == 0
-  policy = policy_fn(workdir, seed=seed if policy_seed is None else policy_seed,
+  if policy_seed is None:
+    policy_seed = seed
+  policy = policy_fn(workdir, seed=policy_seed,
                      **_mesh_kwargs(policy_fn, mesh))
   config, tokenizer = policy.config, policy.tokenizer
   ckpt = checkpoints.Checkpointer(workdir, model_config=config,

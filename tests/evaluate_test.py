@@ -688,9 +688,10 @@ def test_the_policy_seed_is_the_runs_policy_seed_else_its_seed(tiny_run,
   run = evaluate.run_settings(workdir)
   assert run["policy_seed"] is None
   assert evaluate.policy_seed(run) == run["seed"]
+  other = run["seed"] + 5
   with open(os.path.join(workdir, "config.gin"), "a") as f:
-    f.write(f"train.train.policy_seed = {run['seed'] + 5}\n")
-  assert evaluate.policy_seed(evaluate.run_settings(workdir)) == run["seed"] + 5
+    f.write(f"train.train.policy_seed = {other}\n")
+  assert evaluate.policy_seed(evaluate.run_settings(workdir)) == other
 
 
 def test_a_run_with_an_external_analyzer_evaluates(tiny_run, tmp_path):

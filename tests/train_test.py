@@ -687,9 +687,9 @@ def test_bad_multi_host_settings_are_one_line(tmp_path, monkeypatch, env,
   assert not (tmp_path / "run").exists()
 
 
-def test_policy_seed_seeds_the_policy_and_seed_the_rl(tmp_path):
-  """`policy_seed` goes to policy_fn (the warm start and Stage 1), in place
-  of `seed`, which still seeds RL (its checkpoints' rng)."""
+def test_policy_seed_goes_to_the_policy_fn_in_place_of_seed(tmp_path):
+  """`policy_seed`, where set, goes to policy_fn (the warm start and Stage
+  1) in place of `seed`."""
   from seed_jax import trainer  # pylint: disable=g-import-not-at-top
   calls = []
 
