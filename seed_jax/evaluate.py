@@ -710,8 +710,7 @@ def run_settings(workdir: str) -> dict[str, Any]:
 
 def policy_seed(run: dict[str, Any]) -> int:
   """The seed a run's `policy_fn` was given, from its `run_settings`."""
-  seed = run.get("policy_seed")
-  return run["seed"] if seed is None else seed
+  return run["seed"] if run["policy_seed"] is None else run["policy_seed"]
 
 
 def check_writable(path: str, *, what: str) -> None:

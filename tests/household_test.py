@@ -291,16 +291,15 @@ def test_ruled_repeat_adds_demonstrations_of_the_rule_followed():
   replies repeats one, and the acting records stay as they were."""
   from seed_jax import annotators  # pylint: disable=g-import-not-at-top
   from seed_jax import demonstrations  # pylint: disable=g-import-not-at-top
-  kw = _RULED_DEMOS
   rule = annotators.REPEAT_RULE
 
   def followed(records):
     return [r for r in records if r["kind"] == "skill" and rule in r["prompt"]
             and "current observation is: Nothing happens." in r["prompt"]]
 
-  base = demonstrations.demonstrations(**kw)
-  same = demonstrations.demonstrations(**kw, ruled_repeat=0.1)
-  more = demonstrations.demonstrations(**kw, ruled_repeat=0.5)
+  base = demonstrations.demonstrations(**_RULED_DEMOS)
+  same = demonstrations.demonstrations(**_RULED_DEMOS, ruled_repeat=0.1)
+  more = demonstrations.demonstrations(**_RULED_DEMOS, ruled_repeat=0.5)
   assert same == base  # the default is the demonstrators' own rate
   assert [r for r in more if r["kind"] == "act"] == [
       r for r in base if r["kind"] == "act"]
@@ -349,11 +348,10 @@ def test_after_failed_counts_reads_the_try_shown_before_nothing_happens():
                     "plain/other": 1}
   assert tuple(counts) == demonstrations.AFTER_FAILED
 
-  kw = _RULED_DEMOS
   base = demonstrations.after_failed_counts(
-      demonstrations.demonstrations(**kw))
+      demonstrations.demonstrations(**_RULED_DEMOS))
   more = demonstrations.after_failed_counts(
-      demonstrations.demonstrations(**kw, ruled_repeat=0.5))
+      demonstrations.demonstrations(**_RULED_DEMOS, ruled_repeat=0.5))
   # Only the acting records and the followers without the rule repeat a
   # failed try; `ruled_repeat` adds demonstrations of the rule followed.
   assert base["rule/again"] == more["rule/again"] == 0
@@ -364,7 +362,7 @@ def test_after_failed_counts_reads_the_try_shown_before_nothing_happens():
   for other in (dict(invalid_action="no_op"), dict(history_length=0)):
     # The no-op shows "look" in the history, and no history shows no try.
     assert not any(demonstrations.after_failed_counts(
-        demonstrations.demonstrations(**{**kw, **other})).values())
+        demonstrations.demonstrations(**{**_RULED_DEMOS, **other})).values())
 
 
 def test_task_wording_per_family():
